@@ -1,0 +1,3 @@
+"""tformer: a small, fast, readable Transformer toolkit for neural machine translation."""
+
+__version__ = "0.1.0"
