@@ -1,0 +1,47 @@
+# The README's two commands: `make demo` and `make test`. Each creates .venv when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_VERSION ?= 2.13.0
+# CPU-only PyTorch wheels (no multi-GB CUDA libraries). CUDA users: see the README.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP := $(VENV)/bin/python -m pip
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# torch first: keep an installed one (e.g. a CUDA build), else a local CPU wheel, else the CPU index
+	@$(BIN)/python -c "import torch" 2>/dev/null \
+	  || $(PIP) install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null \
+	  || $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) \
+	       --extra-index-url https://pypi.org/simple
+	$(PIP) install -q -e ".[dev]"
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/tformer train --max-minutes 6
+	$(BIN)/tformer translate \
+	  "the small dog sees the red cat ." \
+	  "two old men do not sleep ." \
+	  "the woman knows that the young teacher buys a new book ." \
+	  "the cat sleeps because the big dog sees the bird ."
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_train.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,152 @@
+"""The run directory: one trained model = one folder, written atomically, loaded safely.
+
+runs/<name>/
+  config.json     model, training and data settings + tformer version
+  tokenizer.json  the trained tokenizer
+  model.pt        best weights (state_dict only)
+  last.pt         weights + optimizer + schedule + step + RNG states, for --resume
+  log.jsonl       one JSON object per logged step / validation
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from tformer_cli import __version__
+from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.device import resolve_device, resolve_precision
+from tformer_cli.errors import TformerError
+from tformer_cli.model import Transformer
+from tformer_cli.tokenizer import load_tokenizer
+
+RUNS_DIR = Path("runs")
+FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The contents of ``config.json``."""
+
+    model: ModelConfig
+    train: TrainConfig
+    version: str = __version__
+    format: int = FORMAT
+
+    def save(self, run_dir: Path) -> None:
+        atomic_write_text(
+            run_dir / "config.json", json.dumps(dataclasses.asdict(self), indent=2) + "\n"
+        )
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunConfig:
+        path = run_dir / "config.json"
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            fmt = raw.get("format")
+            if fmt != FORMAT:
+                raise TformerError(
+                    f"{path}: run format {fmt} from tformer {raw.get('version')} "
+                    f"cannot be read by tformer {__version__} (format {FORMAT}); retrain it"
+                )
+            return cls(
+                model=from_dict(ModelConfig, raw["model"]),
+                train=from_dict(TrainConfig, raw["train"]),
+                version=raw["version"],
+                format=fmt,
+            )
+        except FileNotFoundError:
+            raise TformerError(f"{run_dir} is not a tformer run (no config.json)") from None
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise TformerError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """``torch.load`` with ``weights_only=True`` (a checkpoint never runs code); one-line errors."""
+    if not path.is_file():
+        raise TformerError(f"{path} is missing: train the run first (tformer train)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for truncated or foreign files
+        raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({e})") from None
+
+
+def latest_run(runs_dir: Path = RUNS_DIR) -> Path:
+    """The most recently trained run under ``runs_dir`` (newest ``model.pt``)."""
+    runs = [p.parent for p in runs_dir.glob("*/model.pt")] if runs_dir.is_dir() else []
+    if not runs:
+        raise TformerError(
+            f"no trained run under {runs_dir}/: run `tformer train` first, or pass --model DIR"
+        )
+    return max(runs, key=lambda p: (p / "model.pt").stat().st_mtime)
+
+
+def resolve_run(model: Path | None) -> Path:
+    """The run folder a command should use: ``--model`` if given, else the newest run."""
+    if model is None:
+        return latest_run()
+    if not model.is_dir():
+        raise TformerError(f"run folder {model} does not exist")
+    return model
+
+
+@dataclass
+class LoadedRun:
+    """A trained run ready for inference."""
+
+    run_dir: Path
+    config: RunConfig
+    model: Transformer
+    tokenizer: Tokenizer
+    device: torch.device
+    dtype: torch.dtype | None
+
+
+def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") -> LoadedRun:
+    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode."""
+    run_dir = resolve_run(model)
+    config = RunConfig.load(run_dir)
+    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    if tokenizer.get_vocab_size() != config.model.vocab_size:
+        raise TformerError(
+            f"{run_dir}: tokenizer.json does not match config.json (vocabulary size)"
+        )
+    net = Transformer(config.model)
+    try:
+        net.load_state_dict(load_state(run_dir / "model.pt"))
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
+    dev = resolve_device(device)
+    return LoadedRun(
+        run_dir, config, net.to(dev).eval(), tokenizer, dev, resolve_precision(precision, dev)
+    )

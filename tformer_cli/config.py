@@ -1,0 +1,87 @@
+"""Frozen configuration dataclasses, serialised to the run's ``config.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from tformer_cli.errors import TformerError
+
+Positional = Literal["sinusoidal", "learned"]
+Norm = Literal["post", "pre"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
+
+    vocab_size: int
+    d_model: int = 256
+    h: int = 4
+    d_ff: int = 1024
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    dropout: float = 0.1
+    positional: Positional = "sinusoidal"
+    norm: Norm = "post"
+    tie_embeddings: bool = True
+    max_positions: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.h:
+            raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.h
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything `tformer train` needs besides the model shape."""
+
+    data: str = "toy"
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    vocab_size: int = 8000
+    tokenizer_kind: str = "bpe"
+    max_tokens: int = 4096
+    max_len: int = 256
+    lr: float = 7e-4
+    warmup: int = 500
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    accum: int = 1
+    max_steps: int = 0
+    max_epochs: int = 0
+    max_minutes: float = 0.0
+    valid_every: int = 250
+    valid_bleu_size: int = 300
+    patience: int = 0
+    seed: int = 1234
+    precision: str = "auto"
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How translations are searched for; max length is ``a * |src| + b`` tokens."""
+
+    beam: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    nbest: int = 1
+
+
+C = TypeVar("C")
+
+
+def from_dict(cls: type[C], values: dict[str, Any]) -> C:
+    """Build a config dataclass, naming unknown keys instead of failing with a TypeError."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise TformerError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
+    return cls(**values)

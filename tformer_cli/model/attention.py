@@ -1,0 +1,124 @@
+"""Scaled dot-product attention, multi-head attention and the masks they use (paper section 3.2)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Additive mask hiding padded keys: 0 where a token is real, -inf where it is padding.
+
+    Shape: tokens (B, S) -> (B, 1, 1, S), broadcast over heads and query positions.
+    """
+    mask = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
+    return mask.masked_fill(tokens == pad_id, float("-inf"))[:, None, None, :]  # (B, 1, 1, S)
+
+
+def causal_mask(size: int, device: torch.device | None = None) -> Tensor:
+    """Additive "subsequent" mask: position i may attend to j <= i only. Shape (T, T).
+
+    >>> causal_mask(3)
+    tensor([[0., -inf, -inf],
+            [0., 0., -inf],
+            [0., 0., 0.]])
+    """
+    future = torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+    return torch.zeros(size, size, device=device).masked_fill(future, float("-inf"))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V, the explicit path (eq. 1).
+
+    Returns the output (B, h, T, d_k) and the weights (B, h, T, S) that inspection needs.
+    """
+    scores = (
+        q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    )  # (B,h,T,d_k) x (B,h,d_k,S) -> (B,h,T,S)
+    if mask is not None:
+        scores = scores + mask
+    weights = scores.softmax(dim=-1)  # (B, h, T, S), each row sums to 1
+    return weights @ v, weights  # (B, h, T, S) x (B, h, S, d_k) -> (B, h, T, d_k)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW^Q_i, KW^K_i, VW^V_i).
+
+    Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
+    from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
+    Setting ``record_weights`` switches to the explicit path and keeps the last weights in
+    ``weights`` (B, h, T, S); otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
+    """
+
+    def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
+        super().__init__()
+        self.h, self.d_k, self.cross = h, d_model // h, cross
+        if cross:
+            self.w_q = nn.Linear(d_model, d_model)
+            self.w_kv = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.w_qkv = nn.Linear(d_model, 3 * d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.record_weights = False
+        self.weights: Tensor | None = None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, T, d) -> (B, h, T, d_k)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """K, V of the encoder memory (B, S, d) for cross-attention: two (B, h, S, d_k)."""
+        k, v = self.w_kv(memory).chunk(2, dim=-1)  # 2 x (B, S, d)
+        return self.split_heads(k), self.split_heads(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        kv: tuple[Tensor, Tensor] | None = None,
+        cache: tuple[Tensor, Tensor] | None = None,
+        start: int = 0,
+    ) -> Tensor:
+        """Attend from x (B, T, d) and return (B, T, d).
+
+        Self-attention with ``cache=(K_buf, V_buf)``, preallocated (B, h, T_max, d_k): the new
+        keys and values are written in place at slots ``start .. start+T`` and the queries attend
+        to slots ``0 .. start+T``. Cross-attention takes the memory's projected ``kv``; if kv holds
+        B' sentences and x holds B = n * B' rows (n beams per sentence, sentence-major), the n
+        beams become extra query rows of their sentence, so K, V are never copied per beam.
+        """
+        if self.cross:
+            assert kv is not None, "cross-attention needs the memory's K, V"
+            q = self.split_heads(self.w_q(x))  # (B, h, T, d_k)
+            k, v = kv  # (B', h, S, d_k)
+        else:
+            q, k, v = map(self.split_heads, self.w_qkv(x).chunk(3, dim=-1))  # 3 x (B, h, T, d_k)
+            if cache is not None:
+                k_buf, v_buf = cache
+                end = start + x.size(1)
+                k_buf[:, :, start:end] = k
+                v_buf[:, :, start:end] = v
+                k, v = k_buf[:, :, :end], v_buf[:, :, :end]  # (B, h, end, d_k)
+        B, h, T, d_k = q.shape
+        n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
+        if n > 1:
+            q = (
+                q.view(-1, n, h, T, d_k).transpose(1, 2).reshape(-1, h, n * T, d_k)
+            )  # (B', h, nT, d_k)
+        if mask is not None:
+            mask = mask.to(q.dtype)
+        if self.record_weights:
+            out, self.weights = attention(q, k, v, mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B', h, nT, d_k)
+        if n > 1:
+            out = out.view(-1, h, n, T, d_k).transpose(1, 2).reshape(B, h, T, d_k)  # (B, h, T, d_k)
+            if self.weights is not None and self.record_weights:
+                self.weights = self.weights.view(-1, h, n, T, k.size(2)).transpose(1, 2)
+                self.weights = self.weights.reshape(B, h, T, k.size(2))  # (B, h, T, S)
+        out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, h, T, d_k) -> (B, T, d)
+        return self.w_o(out)

@@ -1,0 +1,129 @@
+"""Embeddings with positional encoding, the position-wise FFN, and the encoder/decoder layers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from tformer_cli.config import ModelConfig
+from tformer_cli.model.attention import MultiHeadAttention
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (section 3.5).
+
+    Shape: (max_len, d_model).
+    """
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (d_model/2,)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, d_model/2)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe
+
+
+class Embeddings(nn.Module):
+    """Token embedding times sqrt(d_model), plus positional encoding, then dropout (3.4, 3.5)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.scale = math.sqrt(cfg.d_model)
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
+        nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
+        if cfg.positional == "learned":
+            self.learned = nn.Parameter(torch.randn(cfg.max_positions, cfg.d_model) * 0.02)
+        else:
+            self.register_buffer("sinusoid", sinusoidal_positions(cfg.max_positions, cfg.d_model))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    @property
+    def positions(self) -> Tensor:
+        return self.learned if hasattr(self, "learned") else self.sinusoid
+
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """tokens (B, T) at positions start .. start+T -> (B, T, d_model)."""
+        pe = self.positions[start : start + tokens.size(1)]  # (T, d_model)
+        return self.dropout(self.tokens(tokens) * self.scale + pe)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(
+            self.dropout(torch.relu(self.w_1(x)))
+        )  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
+
+
+class Residual(nn.Module):
+    """A sublayer with its residual connection and LayerNorm (section 5.4, "Residual Dropout").
+
+    post-LN (the paper's): LayerNorm(x + Dropout(Sublayer(x)));
+    pre-LN: x + Dropout(Sublayer(LayerNorm(x))), which trains without warm-up trouble.
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = (
+            nn.LayerNorm(d_model),
+            nn.Dropout(dropout),
+            pre_norm,
+        )
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the source, then the FFN, each wrapped in ``Residual``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.res_attn(x, lambda x: self.self_attn(x, src_mask))  # (B, S, d)
+        return self.res_ffn(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder memory, then the FFN."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=True)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(
+        self,
+        y: Tensor,
+        tgt_mask: Tensor | None,
+        memory_kv: tuple[Tensor, Tensor],
+        src_mask: Tensor,
+        cache: tuple[Tensor, Tensor] | None = None,
+        start: int = 0,
+    ) -> Tensor:
+        """y (B, T, d) -> (B, T, d); ``cache``/``start`` as in ``MultiHeadAttention.forward``."""
+        y = self.res_self(y, lambda y: self.self_attn(y, tgt_mask, cache=cache, start=start))
+        y = self.res_cross(y, lambda y: self.cross_attn(y, src_mask, kv=memory_kv))
+        return self.res_ffn(y, self.ffn)

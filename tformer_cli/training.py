@@ -1,0 +1,382 @@
+"""The training loop: label-smoothed teacher forcing, AdamW with warm-up and inverse-sqrt decay,
+periodic validation (loss, perplexity, greedy BLEU), best/last checkpoints, resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from tformer_cli.batching import Batch, make_batch, padding_waste, token_batches
+from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_state
+from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
+from tformer_cli.corpus import load_corpus
+from tformer_cli.decoding import translate_ids
+from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
+from tformer_cli.errors import TformerError
+from tformer_cli.evaluation import bleu, teacher_forced
+from tformer_cli.model import Transformer
+from tformer_cli.tokenizer import (
+    PAD_ID,
+    decode,
+    encode,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+
+LOG_EVERY = 25  # steps between log.jsonl lines
+
+
+@dataclass
+class Split:
+    """An encoded split: token ids without specials, and the raw target text for BLEU."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    refs: list[str]
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in ``last.pt`` so ``--resume`` continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = 0
+    stale_validations: int = 0
+    elapsed: float = 0.0
+    tgt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    state: TrainState
+    test_bleu: float | None
+    stopped_by: str
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``cfg.lr`` over ``warmup`` steps, then 1/sqrt(step) decay (paper 5.3)."""
+    step = max(step, 1)
+    return cfg.lr * min(step / cfg.warmup, math.sqrt(cfg.warmup / step))
+
+
+def label_smoothed_loss(logits: torch.Tensor, gold: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Sum over real tokens of the cross-entropy against (1-eps) one-hot + eps uniform (5.4)."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),  # (B*T, V)
+        gold.flatten(),  # (B*T,)
+        ignore_index=PAD_ID,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
+
+
+def prepare(run_dir: Path, cfg: TrainConfig, console: Console) -> tuple[Any, dict[str, Split]]:
+    """Load the corpus, train (or reuse) the run's tokenizer, and encode every split."""
+    corpus = load_corpus(cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, seed=cfg.seed)
+    tok_path = run_dir / "tokenizer.json"
+    if tok_path.exists():
+        tok = load_tokenizer(tok_path)
+    else:
+        train = corpus["train"]
+        tok = train_tokenizer([*train["src"], *train["tgt"]], cfg.vocab_size, cfg.tokenizer_kind)
+        save_tokenizer(tok, tok_path)
+        console.log(f"trained a {cfg.tokenizer_kind} tokenizer: {tok.get_vocab_size()} types")
+    splits = {}
+    for name in ("train", "valid", "test"):
+        src, tgt = encode(tok, corpus[name]["src"]), encode(tok, corpus[name]["tgt"])
+        refs = list(corpus[name]["tgt"])
+        if name == "train":
+            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
+            if len(keep) < len(src):
+                console.log(
+                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
+                )
+            src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
+        splits[name] = Split(src, tgt, refs)
+    return tok, splits
+
+
+@contextmanager
+def stop_on_interrupt() -> Iterator[list[bool]]:
+    """A first Ctrl-C sets a flag, so the loop finishes its step and saves; a second aborts."""
+    flag = [False]
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class Trainer:
+    """Trains one run folder; ``run()`` returns when a stopping rule fires or on Ctrl-C."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        model_cfg: ModelConfig,
+        cfg: TrainConfig,
+        *,
+        resume: bool,
+        console: Console,
+    ) -> None:
+        self.run_dir, self.cfg, self.console = run_dir, cfg, console
+        run_dir.mkdir(parents=True, exist_ok=True)
+        setup_threads()
+        self.device = resolve_device(cfg.device)
+        self.dtype = resolve_precision(cfg.precision, self.device)
+        torch.manual_seed(cfg.seed)
+        if resume:
+            saved = RunConfig.load(run_dir)
+            model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
+            cfg = self.cfg
+        self.tokenizer, self.data = prepare(run_dir, cfg, console)
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
+        RunConfig(model_cfg, cfg).save(run_dir)
+        self.model = Transformer(model_cfg).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
+        )
+        self.state = TrainState()
+        if resume:
+            self._load_last()
+        self.lengths = [
+            max(len(s), len(t)) + 1
+            for s, t in zip(self.data["train"].src, self.data["train"].tgt, strict=True)
+        ]
+
+    # ----------------------------------------------------------------- checkpoints
+    def _save_last(self) -> None:
+        atomic_torch_save(
+            self.run_dir / "last.pt",
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "state": dataclasses.asdict(self.state),
+                "rng": {"python": list(random.getstate()[1]), "torch": torch.get_rng_state()},
+            },
+        )
+
+    def _load_last(self) -> None:
+        ckpt = load_state(self.run_dir / "last.pt")
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state = TrainState(**ckpt["state"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        self.console.log(
+            f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
+        )
+
+    # ----------------------------------------------------------------- steps
+    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This epoch's batches: a function of (seed, epoch) alone, so resuming replays them."""
+        return token_batches(
+            self.lengths, self.cfg.max_tokens, random.Random(self.cfg.seed * 1000 + epoch)
+        )
+
+    def _batch(self, idx: list[int]) -> Batch:
+        train = self.data["train"]
+        return make_batch([train.src[i] for i in idx], [train.tgt[i] for i in idx]).to(self.device)
+
+    def _step(self, batches: list[list[int]]) -> tuple[float, int]:
+        """One update from ``accum`` batches: (mean loss per target token, target tokens)."""
+        self.model.train()
+        lr = lr_at(self.state.step + 1, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        parts = [self._batch(idx) for idx in batches]
+        n_tokens = sum(b.n_tgt_tokens for b in parts)
+        total = 0.0
+        for b in parts:
+            with autocast(self.device, self.dtype):
+                logits = self.model(b.src, b.tgt_in)  # (B, T, V)
+            loss = label_smoothed_loss(logits, b.tgt_out, self.cfg.label_smoothing) / n_tokens
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        return total, n_tokens
+
+    # ----------------------------------------------------------------- validation
+    def greedy_bleu(self, split: str, limit: int | None = None) -> float:
+        data = self.data[split]
+        n = len(data.src) if limit is None else min(limit, len(data.src))
+        self.model.eval()
+        with autocast(self.device, self.dtype):
+            hyps = translate_ids(self.model, data.src[:n], DecodeConfig())
+        return bleu(decode(self.tokenizer, [h.tokens for h in hyps]), data.refs[:n])
+
+    def validate(self) -> dict[str, float]:
+        self.model.eval()
+        valid = self.data["valid"]
+        tf = teacher_forced(self.model, valid.src, valid.tgt, self.cfg.max_tokens, self.dtype)
+        score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
+        if score > self.state.best_bleu:
+            self.state.best_bleu, self.state.best_step, self.state.stale_validations = (
+                score,
+                self.state.step,
+                0,
+            )
+            atomic_torch_save(self.run_dir / "model.pt", self.model.state_dict())
+        else:
+            self.state.stale_validations += 1
+        self._save_last()
+        return {
+            "valid_loss": tf.xent,
+            "valid_ppl": tf.ppl,
+            "valid_acc": tf.accuracy,
+            "valid_bleu": score,
+        }
+
+    # ----------------------------------------------------------------- loop
+    def _log(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(
+                json.dumps({"step": self.state.step, "epoch": self.state.epoch + 1, **record})
+                + "\n"
+            )
+
+    def _stop_reason(self) -> str | None:
+        cfg, s = self.cfg, self.state
+        if cfg.max_steps and s.step >= cfg.max_steps:
+            return f"reached --max-steps {cfg.max_steps}"
+        if cfg.max_epochs and s.epoch >= cfg.max_epochs:
+            return f"reached --epochs {cfg.max_epochs}"
+        if cfg.max_minutes and s.elapsed >= cfg.max_minutes * 60:
+            return f"reached --max-minutes {cfg.max_minutes:g}"
+        if cfg.patience and s.stale_validations >= cfg.patience:
+            return f"early stop: no better validation BLEU in {cfg.patience} validations"
+        return None
+
+    def run(self, quiet: bool = False) -> TrainResult:
+        cfg, s = self.cfg, self.state
+        n_params = sum(p.numel() for p in self.model.parameters())
+        first = self._epoch_batches(s.epoch)
+        self.console.log(
+            f"model {n_params / 1e6:.2f}M parameters on {self.device.type}"
+            f" ({'fp32' if self.dtype is None else 'bf16 autocast'});"
+            f" {len(self.lengths)} training pairs,"
+            f" {len(first)} batches/epoch of <= {cfg.max_tokens} tokens"
+            f" ({padding_waste(first, self.lengths):.0%} padding)"
+        )
+        total = cfg.max_steps or (
+            cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
+        )
+        progress = Progress(
+            TextColumn("[bold blue]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=quiet,
+        )
+        stopped_by = None
+        rate_tokens, rate_start = 0, time.perf_counter()
+        with stop_on_interrupt() as interrupted, progress:
+            task = progress.add_task("train", total=total, completed=s.step, info="")
+            while stopped_by is None:
+                batches = self._epoch_batches(s.epoch)
+                while s.batch_in_epoch < len(batches) and stopped_by is None:
+                    t0 = time.perf_counter()
+                    group = batches[s.batch_in_epoch : s.batch_in_epoch + cfg.accum]
+                    loss, n_tokens = self._step(group)
+                    s.batch_in_epoch += len(group)
+                    s.tgt_tokens += n_tokens
+                    rate_tokens += n_tokens
+                    s.elapsed += time.perf_counter() - t0
+                    if s.step % LOG_EVERY == 0:
+                        now = time.perf_counter()
+                        tps = rate_tokens / (now - rate_start)
+                        rate_tokens, rate_start = 0, now
+                        lr = lr_at(s.step, cfg)
+                        info = f"loss {loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
+                        progress.update(task, info=info)
+                        self._log(
+                            {"loss": loss, "lr": lr, "tgt_tokens_per_s": tps, "elapsed": s.elapsed}
+                        )
+                    progress.update(task, completed=s.step)
+                    if s.step % cfg.valid_every == 0:
+                        t0 = time.perf_counter()
+                        metrics = self.validate()
+                        s.elapsed += time.perf_counter() - t0
+                        rate_start += time.perf_counter() - t0
+                        self._log(metrics)
+                        self.console.log(
+                            f"step {s.step}: valid loss {metrics['valid_loss']:.3f}"
+                            f"  ppl {metrics['valid_ppl']:.2f}  BLEU {metrics['valid_bleu']:.2f}"
+                            f"  (best {s.best_bleu:.2f} at step {s.best_step})"
+                        )
+                    stopped_by = "interrupted (Ctrl-C)" if interrupted[0] else self._stop_reason()
+                if s.batch_in_epoch >= len(batches):
+                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                    stopped_by = stopped_by or self._stop_reason()
+        if s.step and s.best_step != s.step and not interrupted[0]:
+            self._log(
+                self.validate()
+            )  # score the final weights too, so the best is really the best
+        else:
+            self._save_last()
+        self.console.log(
+            f"stopped: {stopped_by}; best valid BLEU {s.best_bleu:.2f} at step {s.best_step}"
+        )
+        test_bleu = None
+        if not interrupted[0] and (self.run_dir / "model.pt").exists():
+            self.model.load_state_dict(load_state(self.run_dir / "model.pt"))
+            test_bleu = self.greedy_bleu("test")
+            self._log({"test_bleu": test_bleu})
+        return TrainResult(self.run_dir, s, test_bleu, stopped_by or "")
+
+
+def _overrides(cfg: TrainConfig) -> dict[str, Any]:
+    """On --resume only the stopping rules may change (the rest would break exact continuation)."""
+    return {k: getattr(cfg, k) for k in ("max_steps", "max_epochs", "max_minutes", "patience")}
+
+
+def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
+    """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
+    if name is None:
+        stem = Path(data.removeprefix("hf:")).name or "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = runs_dir / name
+    if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
+        raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
+    return run_dir
