@@ -49,7 +49,11 @@ def make_batch(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]]) -> Ba
 
 
 def token_batches(
-    lengths: Sequence[int], max_tokens: int, rng: random.Random | None = None, pool: int = 100
+    lengths: Sequence[int],
+    max_tokens: int,
+    rng: random.Random | None = None,
+    pool: int = 100,
+    max_sentences: int | None = None,
 ) -> list[list[int]]:
     """Group example indices into batches of at most ``max_tokens`` padded tokens.
 
@@ -57,7 +61,8 @@ def token_batches(
     With ``rng``, examples are shuffled, sorted by length within pools of ``pool`` batches'
     worth (so batches differ from epoch to epoch while padding stays small) and the batches are
     shuffled; without it, order is by length (deterministic, for evaluation).
-    A single example longer than the budget still gets a batch of its own.
+    ``max_sentences`` also caps the rows per batch. A single example longer than the budget
+    still gets a batch of its own.
     """
     order = list(range(len(lengths)))
     if rng is not None:
@@ -74,7 +79,8 @@ def token_batches(
         longest = 0
         for i in chunk:
             longest_if_added = max(longest, lengths[i])
-            if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            full = max_sentences is not None and len(batch) >= max_sentences
+            if batch and (full or longest_if_added * (len(batch) + 1) > max_tokens):
                 batches.append(batch)
                 batch, longest_if_added = [], lengths[i]
             batch.append(i)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from tformer_cli import __version__
+from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
+
+if TYPE_CHECKING:
+    from tformer_cli.decoding import TextTranslation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -177,8 +182,8 @@ def train(
 
 
 # ---------------------------------------------------------------------------- translate
-def read_inputs(texts: list[str] | None, file: Path | None) -> list[str]:
-    """Texts from the arguments, a file (``-`` = stdin), or piped stdin; one sentence per line."""
+def read_inputs(texts: list[str] | None, file: Path | None) -> list[str] | None:
+    """Texts from the arguments, a file (``-`` = stdin) or piped stdin; ``None``: interactive."""
     if texts:
         return texts
     if file is not None and str(file) != "-":
@@ -187,7 +192,7 @@ def read_inputs(texts: list[str] | None, file: Path | None) -> list[str]:
         except (OSError, UnicodeDecodeError) as e:
             raise TformerError(f"cannot read {file}: {e}") from None
     if file is None and sys.stdin.isatty():
-        raise typer.BadParameter("give texts to translate, --file PATH, or pipe them on stdin")
+        return None
     return sys.stdin.read().splitlines()
 
 
@@ -197,28 +202,98 @@ def translate(
     texts: Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")] = None,
     model: ModelDir = None,
     file: Annotated[
-        Path | None,
-        typer.Option("--file", "-f", help="Translate each line of a file (- for stdin)."),
+        Path | None, typer.Option("--file", "-f", help="Translate each line of a file (- = stdin).")
     ] = None,
-    max_len_a: Annotated[float, typer.Option(help="Max output tokens: a * |src| + b.")] = 1.5,
-    max_len_b: Annotated[int, typer.Option(help="See --max-len-a.")] = 10,
-    max_tokens: Annotated[int, typer.Option(help="Batch size in source tokens.")] = 4096,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write translations here, not stdout.")
+    ] = None,
+    beam: Annotated[int, typer.Option("--beam", "-k", min=1, help="Beam size.")] = 5,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")] = False,
+    alpha: Annotated[
+        float, typer.Option(help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha.")
+    ] = 0.6,
+    nbest: Annotated[
+        int,
+        typer.Option(min=1, help="Hypotheses per input (<= beam): lines INDEX<TAB>SCORE<TAB>TEXT."),
+    ] = 1,
+    scores: Annotated[
+        bool, typer.Option("--scores", help="Prefix each line with its score.")
+    ] = False,
+    batch_size: Annotated[
+        int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Source tokens per batch.")] = 4096,
+    max_len_a: Annotated[
+        float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
+    ] = 1.5,
+    max_len_b: Annotated[int, typer.Option(help="Output length limit: b.")] = 10,
     no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Recompute the prefix each step.")
+        bool, typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching).")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing.")
     ] = False,
     device: Device = "auto",
     precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    quiet: Quiet = False,
 ) -> None:
-    """Translate sentences with greedy decoding and the KV cache; one translation per line."""
-    from tformer_cli.checkpoint import load_run
+    """Translate sentences (beam search with a KV cache; results in input order).
+
+    Reads the texts given, else --file, else piped stdin; on a terminal with nothing given it
+    asks for sentences one by one. Sorts inputs by length into batches.
+    """
+    from tformer_cli.checkpoint import atomic_write_text, load_run
     from tformer_cli.config import DecodeConfig
     from tformer_cli.decoding import translate_texts
 
+    k = 1 if greedy else beam
+    if nbest > k:
+        raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")
     inputs = read_inputs(texts, file)
     run = load_run(model, device, precision)
-    cfg = DecodeConfig(max_len_a=max_len_a, max_len_b=max_len_b)
-    for line in translate_texts(run, inputs, cfg, max_tokens=max_tokens, use_cache=not no_cache):
-        out.print(line, markup=False)
+    cfg = DecodeConfig(beam=k, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest)
+    style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
+    if inputs is None:  # a terminal and nothing to read: ask
+        err.print("Type a sentence and press Enter; Ctrl-D quits.")
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                return
+            result = translate_texts(run, [line], cfg, use_cache=not no_cache)
+            out.print(format_translations(result, style)[0], markup=False)
+    with make_progress("translate", err, disable=quiet or len(inputs) < 100) as progress:
+        task = progress.add_task("translate", total=len(inputs), info="")
+        results = translate_texts(
+            run, inputs, cfg, max_tokens, not no_cache, batch_size,
+            on_batch=lambda n: progress.advance(task, n),
+        )  # fmt: skip
+    text = "".join(f"{line}\n" for line in format_translations(results, style))
+    if output is not None:
+        atomic_write_text(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def format_translations(results: list[TextTranslation], style: str) -> list[str]:
+    """One line per input (``plain``, ``scores``, ``json``) or per hypothesis (``nbest``)."""
+    lines = []
+    for i, r in enumerate(results):
+        pairs = list(zip(r.translations, r.hypotheses, strict=True))
+        if style == "json":
+            hyps = [
+                {"translation": t, "score": h.score, "logprob": h.logprob, "finished": h.finished}
+                for t, h in pairs
+            ]
+            record = {"index": i, "source": r.source, "hypotheses": hyps, "ms": 1000 * r.seconds}
+            lines.append(json.dumps(record, ensure_ascii=False))
+        elif style == "nbest":
+            lines += [f"{i}\t{h.score:.4f}\t{t}" for t, h in pairs]
+        elif style == "scores":
+            lines.append(f"{pairs[0][1].score:.4f}\t{pairs[0][0]}")
+        else:
+            lines.append(pairs[0][0])
+    return lines
 
 
 # ---------------------------------------------------------------------------- tokenizer

@@ -1,8 +1,9 @@
-"""Search for translations: batched greedy decoding with the KV cache."""
+"""Search for translations with the KV cache: batched greedy decoding and beam search."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,7 @@ from tformer_cli.batching import pad, token_batches
 from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
 from tformer_cli.device import inference
-from tformer_cli.model import Transformer
+from tformer_cli.model import DecoderCache, Transformer
 from tformer_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
 
 DEFAULT = DecodeConfig()
@@ -20,17 +21,35 @@ DEFAULT = DecodeConfig()
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """A translation: token ids (no ``<s>``/``</s>``) and their summed log-probability."""
+    """A translation: token ids (no ``<s>``/``</s>``), their summed log-probability ``logprob``
+    (``</s>`` included when ``finished``), and the search's ``score`` (beam: length-normalised)."""
 
     tokens: list[int]
+    logprob: float
     score: float
     finished: bool = True
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), |Y| with ``</s>``."""
+    return ((5 + length) / 6) ** alpha
 
 
 def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
     """Per-sentence limit on generated tokens, ``</s>`` included: ``a * |src| + b``. Shape (B,)."""
     src_len = (src != PAD_ID).sum(dim=1)
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions - 1)
+
+
+def next_logprobs(
+    model: Transformer, y: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None
+) -> Tensor:
+    """log p(. | x, y) for the last position: (b, V), fp32. With a cache, y holds the newest
+    tokens only. ``<pad>`` and ``<s>`` are never generated, but the other log-probabilities stay
+    the model's own (no renormalisation), so scores equal a teacher-forced pass's."""
+    logp = model.decode(y, memory, src_mask, cache)[:, -1].float().log_softmax(dim=-1)  # (b, V)
+    logp[:, [PAD_ID, BOS_ID]] = float("-inf")
+    return logp
 
 
 @torch.inference_mode()
@@ -49,23 +68,22 @@ def greedy_search(
     cache = model.init_cache(memory, src_mask, T_max) if use_cache else None
     y = torch.full((B, T_max + 1), PAD_ID, dtype=torch.long, device=src.device)  # <s> y_1 .. y_T
     y[:, 0] = BOS_ID
-    scores = torch.zeros(B, device=src.device)
+    logprob = torch.zeros(B, device=src.device)
     alive = torch.arange(B, device=src.device)  # original row of each active row
-    out: list[Hypothesis | None] = [None] * B
+    out: list[Hypothesis] = [None] * B  # type: ignore[list-item]
     for t in range(T_max):
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
-        logits = model.decode(inp, memory, src_mask, cache)[:, -1].float()  # (b, V)
-        logp = logits.log_softmax(dim=-1)
+        logp = next_logprobs(model, inp, memory, src_mask, cache)  # (b, V)
         best = logp.argmax(dim=-1)  # (b,)
-        scores[alive] += logp.gather(1, best[:, None]).squeeze(1)
+        logprob[alive] += logp.gather(1, best[:, None]).squeeze(1)
         y[:, t + 1] = best
         done = (best == EOS_ID) | (limits[alive] <= t + 1)
         if not done.any():
             continue
         for r in done.nonzero().flatten().tolist():
-            row = int(alive[r])
-            ended = bool(best[r] == EOS_ID)
-            out[row] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), float(scores[row]), ended)
+            row, ended = int(alive[r]), bool(best[r] == EOS_ID)
+            lp = float(logprob[row])
+            out[row] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), lp, lp, ended)
         keep = (~done).nonzero().flatten()
         if keep.numel() == 0:
             break
@@ -74,7 +92,111 @@ def greedy_search(
             cache.select(keep, keep)
         else:
             memory, src_mask = memory[keep], src_mask[keep]
-    return [h for h in out if h is not None]
+    return out
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+) -> list[list[Hypothesis]]:
+    """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
+    ``logprob / lp(|Y|)``.
+
+    Beams are flattened to (B*k) rows, sentence-major. Each step: add every continuation's
+    log-probability to its beam's score, take the top 2k of the sentence's k*V candidates;
+    those in the top k that end in ``</s>`` are finished, the best k others live on (the cache
+    rows reordered to follow them). A sentence is done when it has k finished hypotheses and no
+    live beam can still beat the worst of them: scores only fall as tokens are added, so a live
+    beam's best reachable normalised score is its score over lp at the length that maximises it.
+    Done sentences leave the batch; cross-attention K, V stay one copy per sentence.
+    """
+    k, B, device = cfg.beam, src.size(0), src.device
+    limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
+    T_max = int(limits.max())
+    memory, src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
+    if use_cache:
+        cache = model.init_cache(memory, src_mask, T_max, beams=k)
+    else:
+        cache = None
+        memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
+    y = torch.full((B * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
+    y[:, 0] = BOS_ID
+    scores = torch.full((B, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start equal: expand only the first at step 0
+    sent = torch.arange(B, device=device)  # original index of each active sentence
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    rank = torch.arange(2 * k, device=device)
+    for t in range(T_max):
+        b = sent.numel()
+        inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
+        logp = next_logprobs(model, inp, memory, src_mask, cache)  # (b*k, V)
+        V = logp.size(-1)
+        cand = (scores.view(-1, 1) + logp).view(b, k * V)  # (b, k*V)
+        top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
+        beam, token = idx // V, idx % V  # (b, 2k)
+        at_limit = limits[sent] <= t + 1  # (b,)
+        ends = ((token == EOS_ID) | at_limit[:, None]) & (rank[: top.size(1)] < k) & top.isfinite()
+        for i, j in ends.nonzero().tolist():
+            eos = bool(token[i, j] == EOS_ID)
+            prefix = y[int(i * k + beam[i, j]), 1 : t + 1].tolist()
+            toks = prefix if eos else [*prefix, int(token[i, j])]
+            lp = float(top[i, j])
+            finished[int(sent[i])].append(
+                Hypothesis(toks, lp, lp / length_penalty(t + 1, cfg.alpha), eos)
+            )
+        live_scores, pos = top.masked_fill(token == EOS_ID, float("-inf")).topk(k, dim=1)  # (b, k)
+        rows = (
+            torch.arange(b, device=device)[:, None] * k + beam.gather(1, pos)
+        ).flatten()  # (b*k,)
+        y = y[rows]
+        y[:, t + 1] = token.gather(1, pos).flatten()
+        scores = live_scores
+        done = at_limit.clone()
+        for i in (~at_limit).nonzero().flatten().tolist():
+            hyps = finished[int(sent[i])]
+            if len(hyps) >= k:
+                worst = sorted(h.score for h in hyps)[-k]
+                reach = max(
+                    length_penalty(t + 2, cfg.alpha),
+                    length_penalty(int(limits[sent[i]]), cfg.alpha),
+                )
+                best_reachable = float(scores[i, 0]) / (reach if scores[i, 0] < 0 else 1.0)
+                done[i] = best_reachable <= worst
+        if done.any():
+            keep = (~done).nonzero().flatten()  # (b',)
+            if keep.numel() == 0:
+                break
+            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()  # (b'*k,)
+            sent, scores, y, rows = (
+                sent[keep],
+                scores[keep],
+                y[keep_rows],
+                rows.view(b, k)[keep].flatten(),
+            )
+            if cache is None:
+                memory, src_mask = memory[keep_rows], src_mask[keep_rows]
+            else:
+                cache.select(rows, keep)
+        elif cache is not None:
+            cache.select(rows)
+    return [sorted(h, key=lambda h: -h.score)[: cfg.nbest] for h in finished]
+
+
+def search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+) -> list[list[Hypothesis]]:
+    """Greedy for ``beam == 1``, else beam search: the n-best list of each sentence of src."""
+    if cfg.beam == 1:
+        return [[h] for h in greedy_search(model, src, cfg, use_cache)]
+    return beam_search(model, src, cfg, use_cache)
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The n-best hypotheses of one input, and the decoding time of its batch per sentence."""
+
+    hypotheses: list[Hypothesis]
+    seconds: float
 
 
 def translate_ids(
@@ -83,16 +205,36 @@ def translate_ids(
     cfg: DecodeConfig = DEFAULT,
     max_tokens: int = 4096,
     use_cache: bool = True,
-) -> list[Hypothesis]:
-    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order."""
+    max_sentences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Translation]:
+    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
+
+    ``on_batch(n)`` is called after each batch of n sentences (for progress bars).
+    """
     device = next(model.parameters()).device
     lengths = [len(s) + 1 for s in sources]
-    results: list[Hypothesis | None] = [None] * len(sources)
-    for batch in token_batches(lengths, max_tokens):
+    results: list[Translation] = [None] * len(sources)  # type: ignore[list-item]
+    for batch in token_batches(lengths, max_tokens, max_sentences=max_sentences):
+        start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        for i, hyp in zip(batch, greedy_search(model, src, cfg, use_cache), strict=True):
-            results[i] = hyp
-    return [h for h in results if h is not None]
+        nbest = search(model, src, cfg, use_cache)
+        seconds = (time.perf_counter() - start) / len(batch)
+        for i, hyps in zip(batch, nbest, strict=True):
+            results[i] = Translation(hyps, seconds)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return results
+
+
+@dataclass(frozen=True)
+class TextTranslation:
+    """One input's n-best translations (detokenized) with their hypotheses, and timing."""
+
+    source: str
+    translations: list[str]
+    hypotheses: list[Hypothesis]
+    seconds: float
 
 
 def translate_texts(
@@ -101,8 +243,18 @@ def translate_texts(
     cfg: DecodeConfig = DEFAULT,
     max_tokens: int = 4096,
     use_cache: bool = True,
-) -> list[str]:
-    """Tokenize, translate and detokenize sentences with a loaded run."""
+    max_sentences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[TextTranslation]:
+    """Tokenize, translate and detokenize sentences with a loaded run, in input order."""
     with inference(run.device, run.dtype):
-        hyps = translate_ids(run.model, encode(run.tokenizer, texts), cfg, max_tokens, use_cache)
-    return decode(run.tokenizer, [h.tokens for h in hyps])
+        sources = encode(run.tokenizer, texts)
+        results = translate_ids(
+            run.model, sources, cfg, max_tokens, use_cache, max_sentences, on_batch
+        )
+    return [
+        TextTranslation(
+            text, decode(run.tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses, r.seconds
+        )
+        for text, r in zip(texts, results, strict=True)
+    ]

@@ -18,18 +18,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from tformer_cli.batching import Batch, make_batch, padding_waste, token_batches
 from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_state
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
+from tformer_cli.console import make_progress
 from tformer_cli.corpus import load_corpus
 from tformer_cli.decoding import translate_ids
 from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
@@ -240,8 +233,9 @@ class Trainer:
         n = len(data.src) if limit is None else min(limit, len(data.src))
         self.model.eval()
         with autocast(self.device, self.dtype):
-            hyps = translate_ids(self.model, data.src[:n], DecodeConfig())
-        return bleu(decode(self.tokenizer, [h.tokens for h in hyps]), data.refs[:n])
+            results = translate_ids(self.model, data.src[:n], DecodeConfig())
+        hyps = decode(self.tokenizer, [r.hypotheses[0].tokens for r in results])
+        return bleu(hyps, data.refs[:n])
 
     def validate(self) -> dict[str, float]:
         self.model.eval()
@@ -299,16 +293,7 @@ class Trainer:
         total = cfg.max_steps or (
             cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
         )
-        progress = Progress(
-            TextColumn("[bold blue]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=quiet,
-        )
+        progress = make_progress("train", self.console, disable=quiet)
         stopped_by = None
         rate_tokens, rate_start = 0, time.perf_counter()
         with stop_on_interrupt() as interrupted, progress:

@@ -31,9 +31,18 @@ class DecoderCache:
     length: int = 0
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep or reorder decoder ``rows`` (index into B) and memory ``sentences`` (into B')."""
-        self.self_k = self.self_k.index_select(1, rows)
-        self.self_v = self.self_v.index_select(1, rows)
+        """Keep or reorder decoder ``rows`` (index into B) and memory ``sentences`` (into B').
+
+        A pure reorder (beam search, same row count) copies only the ``length`` filled slots,
+        in place; dropping rows (finished sentences leave) makes smaller buffers.
+        """
+        if rows.numel() == self.self_k.size(1):
+            t = self.length
+            self.self_k[:, :, :, :t] = self.self_k[:, rows, :, :t]
+            self.self_v[:, :, :, :t] = self.self_v[:, rows, :, :t]
+        else:
+            self.self_k = self.self_k.index_select(1, rows)
+            self.self_v = self.self_v.index_select(1, rows)
         if sentences is not None:
             self.cross_k = self.cross_k.index_select(1, sentences)
             self.cross_v = self.cross_v.index_select(1, sentences)
