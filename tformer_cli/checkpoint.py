@@ -86,7 +86,7 @@ class RunConfig:
             )
         except FileNotFoundError:
             raise TformerError(f"{run_dir} is not a tformer run (no config.json)") from None
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # bad JSON, UTF-8, fields
             raise TformerError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
 
 
@@ -97,7 +97,8 @@ def load_state(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for truncated or foreign files
-        raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({e})") from None
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({reason})") from None
 
 
 def latest_run(runs_dir: Path = RUNS_DIR) -> Path:
@@ -143,7 +144,7 @@ def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") 
     net = Transformer(config.model)
     try:
         net.load_state_dict(load_state(run_dir / "model.pt"))
-    except RuntimeError as e:
+    except (RuntimeError, TypeError, AttributeError) as e:
         first = str(e).strip().splitlines()[0]
         raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
     dev = resolve_device(device)

@@ -33,7 +33,7 @@ app = typer.Typer(
 tokenizer_app = typer.Typer(help="Train and inspect subword tokenizers.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 

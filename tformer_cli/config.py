@@ -62,6 +62,20 @@ class TrainConfig:
     seed: int = 1234
     precision: str = "auto"
     device: str = "auto"
+    scheduled_sampling: str = "off"
+    ss_k: float | None = None
+    ss_min: float = 0.0
+    ss_warmup: int = 0
+    ss_mix: str = "argmax"
+    ss_tau: float = 1.0
+
+    def __post_init__(self) -> None:
+        positive = ("max_tokens", "max_len", "warmup", "accum", "valid_every", "vocab_size")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.lr <= 0 or not 0 <= self.label_smoothing < 1:
+            raise TformerError("--lr must be > 0 and --label-smoothing in [0, 1)")
 
 
 @dataclass(frozen=True)

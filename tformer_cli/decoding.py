@@ -13,6 +13,7 @@ from tformer_cli.batching import pad, token_batches
 from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
 from tformer_cli.device import inference
+from tformer_cli.errors import TformerError
 from tformer_cli.model import DecoderCache, Transformer
 from tformer_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
 
@@ -214,6 +215,12 @@ def translate_ids(
     """
     device = next(model.parameters()).device
     lengths = [len(s) + 1 for s in sources]
+    limit = model.cfg.max_positions
+    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
+    if too_long is not None:
+        raise TformerError(
+            f"input {too_long + 1} has {lengths[too_long]} tokens; this model reads at most {limit}"
+        )
     results: list[Translation] = [None] * len(sources)  # type: ignore[list-item]
     for batch in token_batches(lengths, max_tokens, max_sentences=max_sentences):
         start = time.perf_counter()

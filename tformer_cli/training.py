@@ -29,6 +29,12 @@ from tformer_cli.device import autocast, resolve_device, resolve_precision, setu
 from tformer_cli.errors import TformerError
 from tformer_cli.evaluation import bleu, teacher_forced
 from tformer_cli.model import Transformer
+from tformer_cli.scheduled_sampling import (
+    check_schedule,
+    mix_inputs,
+    model_predictions,
+    teacher_forcing_prob,
+)
 from tformer_cli.tokenizer import (
     PAD_ID,
     decode,
@@ -89,13 +95,19 @@ def label_smoothed_loss(logits: torch.Tensor, gold: torch.Tensor, smoothing: flo
     )
 
 
-def prepare(run_dir: Path, cfg: TrainConfig, console: Console) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, train (or reuse) the run's tokenizer, and encode every split."""
+def prepare(
+    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool
+) -> tuple[Any, dict[str, Split]]:
+    """Load the corpus, train the run's tokenizer (reuse it on resume), encode every split.
+
+    The run folder is created only once the corpus has loaded, so bad data leaves nothing.
+    """
     corpus = load_corpus(cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, seed=cfg.seed)
     tok_path = run_dir / "tokenizer.json"
-    if tok_path.exists():
+    if resume:
         tok = load_tokenizer(tok_path)
     else:
+        run_dir.mkdir(parents=True, exist_ok=True)
         train = corpus["train"]
         tok = train_tokenizer([*train["src"], *train["tgt"]], cfg.vocab_size, cfg.tokenizer_kind)
         save_tokenizer(tok, tok_path)
@@ -149,7 +161,6 @@ class Trainer:
         console: Console,
     ) -> None:
         self.run_dir, self.cfg, self.console = run_dir, cfg, console
-        run_dir.mkdir(parents=True, exist_ok=True)
         setup_threads()
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_precision(cfg.precision, self.device)
@@ -158,7 +169,7 @@ class Trainer:
             saved = RunConfig.load(run_dir)
             model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
             cfg = self.cfg
-        self.tokenizer, self.data = prepare(run_dir, cfg, console)
+        self.tokenizer, self.data = prepare(run_dir, cfg, console, resume)
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         RunConfig(model_cfg, cfg).save(run_dir)
         self.model = Transformer(model_cfg).to(self.device)
@@ -166,6 +177,8 @@ class Trainer:
             self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
         )
         self.state = TrainState()
+        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
+        self.ss_generator = torch.Generator().manual_seed(cfg.seed + 1)
         if resume:
             self._load_last()
         self.lengths = [
@@ -181,7 +194,7 @@ class Trainer:
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "state": dataclasses.asdict(self.state),
-                "rng": {"python": list(random.getstate()[1]), "torch": torch.get_rng_state()},
+                "rng": {"torch": torch.get_rng_state(), "ss": self.ss_generator.get_state()},
             },
         )
 
@@ -191,6 +204,7 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = TrainState(**ckpt["state"])
         torch.set_rng_state(ckpt["rng"]["torch"])
+        self.ss_generator.set_state(ckpt["rng"]["ss"])
         self.console.log(
             f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
         )
@@ -217,7 +231,7 @@ class Trainer:
         total = 0.0
         for b in parts:
             with autocast(self.device, self.dtype):
-                logits = self.model(b.src, b.tgt_in)  # (B, T, V)
+                logits = self.model(b.src, self._decoder_input(b))  # (B, T, V)
             loss = label_smoothed_loss(logits, b.tgt_out, self.cfg.label_smoothing) / n_tokens
             loss.backward()
             total += loss.item()
@@ -226,6 +240,30 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         return total, n_tokens
+
+    @property
+    def eps(self) -> float:
+        """Teacher-forcing probability eps_i of scheduled sampling at the current update."""
+        c = self.cfg
+        return teacher_forcing_prob(
+            self.state.step, c.scheduled_sampling, c.ss_k, c.ss_min, c.ss_warmup
+        )
+
+    def _decoder_input(self, b: Batch) -> torch.Tensor:
+        """Gold ``<s> y`` (teacher forcing), or scheduled sampling's pass-2 input (B, T).
+
+        Pass 1 runs without dropout or gradient, as at inference, and its random choices come
+        from a generator of their own: with eps = 1 training equals plain teacher forcing.
+        """
+        c = self.cfg
+        if c.scheduled_sampling == "off" or self.state.step < c.ss_warmup:
+            return b.tgt_in
+        self.model.eval()
+        with torch.no_grad(), autocast(self.device, self.dtype):
+            logits = self.model(b.src, b.tgt_in)  # (B, T, V)
+        self.model.train()
+        predicted = model_predictions(logits, c.ss_mix, c.ss_tau, self.ss_generator)
+        return mix_inputs(b.tgt_in, predicted, self.eps, self.ss_generator)
 
     # ----------------------------------------------------------------- validation
     def greedy_bleu(self, split: str, limit: int | None = None) -> float:

@@ -1,0 +1,223 @@
+"""Tests for tformer_cli.checkpoint: atomic writes, config.json round trip, safe loads, runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer_cli.checkpoint import (
+    FORMAT,
+    RunConfig,
+    atomic_torch_save,
+    atomic_write,
+    atomic_write_text,
+    latest_run,
+    load_run,
+    load_state,
+    resolve_run,
+)
+from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.decoding import translate_ids
+from tformer_cli.errors import TformerError
+
+
+# ---------------------------------------------------------------------------- atomic writes
+def test_atomic_write_leaves_only_the_target_file(tmp_path):
+    target = tmp_path / "sub" / "config.json"
+    atomic_write_text(target, "hello\n")
+    atomic_torch_save(tmp_path / "sub" / "w.pt", {"x": torch.arange(3)})
+    assert target.read_text(encoding="utf-8") == "hello\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["config.json", "w.pt"]
+    assert torch.equal(torch.load(tmp_path / "sub" / "w.pt")["x"], torch.arange(3))
+
+
+def test_failing_writer_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "model.pt"
+    atomic_torch_save(target, {"w": torch.ones(4)})
+    before = target.read_bytes()
+
+    def half_then_fail(tmp: Path) -> None:
+        tmp.write_bytes(before[: len(before) // 2])
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half_then_fail)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_interrupted_writer_leaves_no_temp_file(tmp_path):
+    def interrupted(tmp: Path) -> None:
+        tmp.write_text("partial", encoding="utf-8")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "last.pt", interrupted)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- config.json
+def test_run_config_json_round_trip(tmp_path):
+    cfg = RunConfig(
+        ModelConfig(vocab_size=123, d_model=48, h=6, norm="pre", positional="learned"),
+        TrainConfig(data="hf:bentrevett/multi30k", src_lang="de", lr=1e-3, max_steps=7),
+    )
+    cfg.save(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    assert raw["model"]["d_model"] == 48 and raw["train"]["src_lang"] == "de"
+    assert raw["format"] == FORMAT
+    assert RunConfig.load(tmp_path) == cfg
+
+
+def test_run_config_from_another_format_is_refused(tmp_path):
+    cfg = RunConfig(ModelConfig(vocab_size=10), TrainConfig())
+    raw = dataclasses.asdict(cfg) | {"format": FORMAT + 1, "version": "9.9"}
+    (tmp_path / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(TformerError, match="format"):
+        RunConfig.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[1, 2]",
+        '{"format": 1, "version": "0", "model": {"d_model": 8}, "train": {}}',
+        '{"format": 1, "version": "0", "model": {"vocab_size": 8, "colour": 1}, "train": {}}',
+        '{"format": 1, "version": "0", "model": null, "train": {}}',
+    ],
+)
+def test_corrupt_config_json_raises_tformer_error(tmp_path, content):
+    (tmp_path / "config.json").write_text(content, encoding="utf-8")
+    with pytest.raises(TformerError):
+        RunConfig.load(tmp_path)
+
+
+def test_non_utf8_config_json_raises_tformer_error(tmp_path):
+    (tmp_path / "config.json").write_bytes(b'{"format": 1, "x": "\xff\xfe"}')
+    with pytest.raises(TformerError):
+        RunConfig.load(tmp_path)
+
+
+def test_missing_config_json_says_it_is_not_a_run(tmp_path):
+    with pytest.raises(TformerError, match="not a tformer run"):
+        RunConfig.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------- weights
+def test_load_state_round_trip_and_missing_file(tmp_path):
+    state = {"a": torch.randn(2, 3), "b": torch.tensor([1, 2])}
+    atomic_torch_save(tmp_path / "model.pt", state)
+    loaded = load_state(tmp_path / "model.pt")
+    assert loaded.keys() == state.keys()
+    assert all(torch.equal(loaded[k], state[k]) for k in state)
+    with pytest.raises(TformerError, match="missing"):
+        load_state(tmp_path / "nope.pt")
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "empty"])
+def test_load_state_on_a_corrupt_file_raises_tformer_error(tmp_path, kind):
+    path = tmp_path / "model.pt"
+    torch.save({"w": torch.zeros(100)}, path)
+    data = path.read_bytes()
+    content = {"garbage": b"definitely not a checkpoint", "truncated": data[:200], "empty": b""}
+    path.write_bytes(content[kind])
+    with pytest.raises(TformerError, match=r"model\.pt"):
+        load_state(path)
+
+
+def test_load_state_error_message_is_one_line(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"definitely not a checkpoint")
+    with pytest.raises(TformerError) as info:
+        load_state(path)
+    assert "\n" not in str(info.value)
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_load_state_never_runs_code_from_a_checkpoint(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save({"x": Evil()}, path)
+    with pytest.raises(TformerError):
+        load_state(path)
+
+
+# ---------------------------------------------------------------------------- finding runs
+def test_latest_run_picks_the_newest_model(tmp_path):
+    # names sort differently from times: the newest model.pt must win, not the last name
+    for name, stamp in (("b-old", 1_000_000), ("a-new", 3_000_000), ("c-mid", 2_000_000)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.pt").write_bytes(b"x")
+        os.utime(tmp_path / name / "model.pt", (stamp, stamp))
+    (tmp_path / "d-untrained").mkdir()  # no model.pt: not a candidate
+    assert latest_run(tmp_path) == tmp_path / "a-new"
+
+
+def test_latest_run_without_runs_tells_how_to_train(tmp_path):
+    for runs_dir in (tmp_path / "missing", tmp_path):
+        with pytest.raises(TformerError, match="tformer train"):
+            latest_run(runs_dir)
+
+
+def test_resolve_run_rejects_a_missing_folder(tmp_path):
+    with pytest.raises(TformerError, match="does not exist"):
+        resolve_run(tmp_path / "nope")
+    assert resolve_run(tmp_path) == tmp_path
+
+
+# ---------------------------------------------------------------------------- whole runs
+def test_load_run_round_trip_gives_identical_translations(tmp_path, make_run):
+    run_dir, model = make_run(tmp_path / "run", seed=3)
+    run = load_run(run_dir, device="cpu", precision="fp32")
+    assert not run.model.training
+    assert run.model.cfg == model.cfg
+    for name, p in model.state_dict().items():
+        assert torch.equal(run.model.state_dict()[name], p), name
+    assert run.model.generator.weight is run.model.src_embed.tokens.weight
+    sources = [[4, 5, 6], [7], [8, 9, 10, 11, 12]]
+    before = translate_ids(model, sources)
+    after = translate_ids(run.model, sources)
+    assert [r.hypotheses[0].tokens for r in after] == [r.hypotheses[0].tokens for r in before]
+    assert [r.hypotheses[0].logprob for r in after] == [r.hypotheses[0].logprob for r in before]
+
+
+def test_load_run_rejects_weights_of_another_shape(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    other = ModelConfig(vocab_size=20, d_model=16, h=2, d_ff=32)
+    from tformer_cli.model import Transformer
+
+    atomic_torch_save(run_dir / "model.pt", Transformer(other).state_dict())
+    with pytest.raises(TformerError, match=r"does not match config\.json"):
+        load_run(run_dir, device="cpu", precision="fp32")
+
+
+def test_load_run_rejects_a_tokenizer_of_another_size(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    cfg = RunConfig.load(run_dir)
+    bigger = dataclasses.replace(cfg.model, vocab_size=cfg.model.vocab_size + 1)
+    RunConfig(bigger, cfg.train).save(run_dir)
+    with pytest.raises(TformerError, match="tokenizer"):
+        load_run(run_dir, device="cpu", precision="fp32")
+
+
+def test_load_run_with_a_corrupt_model_raises_tformer_error(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (run_dir / "model.pt").write_bytes(b"\x00" * 64)
+    with pytest.raises(TformerError):
+        load_run(run_dir, device="cpu", precision="fp32")
+
+
+def test_load_run_with_a_model_pt_that_is_not_a_state_dict_raises_tformer_error(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    torch.save(torch.zeros(3), run_dir / "model.pt")
+    with pytest.raises(TformerError):
+        load_run(run_dir, device="cpu", precision="fp32")

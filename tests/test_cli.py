@@ -1,0 +1,181 @@
+"""Tests for tformer_cli.cli: help for every command, one-line errors with exit code 1, and a
+translation from a run folder."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tformer_cli import __version__, cli
+from tformer_cli.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def plain_environment(tmp_path, monkeypatch):
+    """Run in an empty folder (no runs/), without TFORMER_DEBUG, and with an 80-column stderr
+    as a log file or CI gets it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TFORMER_DEBUG", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    if hasattr(cli, "err"):
+        monkeypatch.setattr(cli.err, "_width", 80, raising=False)
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def error_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def assert_clean_error(result, *fragments: str) -> None:
+    """Exit 1, an ``Error:`` on stderr naming ``fragments``, nothing on stdout, no traceback."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    text = " ".join(line.strip() for line in error_lines(result))
+    assert text.startswith("Error:")
+    for fragment in fragments:
+        assert fragment in text
+
+
+def command_paths() -> list[list[str]]:
+    """Every command and sub-command of the app, as argument lists."""
+    paths: list[list[str]] = []
+
+    def walk(cmd, prefix: list[str]) -> None:
+        paths.append(prefix)
+        if hasattr(cmd, "commands"):  # a group (typer vendors its own click classes)
+            for name, sub in cmd.commands.items():
+                walk(sub, [*prefix, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
+# ---------------------------------------------------------------------------- help
+def test_the_app_has_train_translate_and_tokenizer_train():
+    paths = command_paths()
+    for expected in (["train"], ["translate"], ["tokenizer", "train"]):
+        assert expected in paths
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p) or "tformer")
+def test_help_of_every_command_exits_zero(path):
+    result = invoke(*path, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.stdout
+
+
+def test_no_arguments_shows_help():
+    result = invoke()
+    assert "Usage:" in result.output and "translate" in result.output
+
+
+def test_version_option_prints_the_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and __version__ in result.stdout
+
+
+# ---------------------------------------------------------------------------- errors
+def test_translate_without_runs_tells_to_run_tformer_train():
+    result = invoke("translate", "x")
+    assert_clean_error(result, "tformer train")
+
+
+def test_translate_without_runs_error_is_one_line():
+    assert len(error_lines(invoke("translate", "x"))) == 1
+
+
+def long_missing_folder(tmp_path):
+    return tmp_path.joinpath(*["a-folder-that-is-not-there" for _ in range(6)])
+
+
+def test_translate_with_a_missing_model_folder_is_an_error(tmp_path):
+    result = invoke("translate", "x", "--model", str(long_missing_folder(tmp_path)))
+    assert_clean_error(result, "does not exist")
+
+
+def test_translate_with_a_folder_without_config_json_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = invoke("translate", "x", "--model", str(tmp_path / "empty"))
+    assert_clean_error(result, "config.json")
+
+
+def test_translate_with_a_corrupt_model_pt_is_an_error(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (run_dir / "model.pt").write_bytes(b"definitely not a checkpoint")
+    result = invoke("translate", "x", "--model", str(run_dir), "--device", "cpu")
+    assert_clean_error(result, "model.pt")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "no-config",
+        "corrupt",
+    ],
+)
+def test_model_errors_are_one_line(tmp_path, make_run, case):
+    if case == "missing":
+        model = long_missing_folder(tmp_path)
+    elif case == "no-config":
+        model = tmp_path / "a-run-folder-without-any-config-json-file-in-it"
+        model.mkdir()
+    else:
+        model, _ = make_run(tmp_path / "run")
+        (model / "model.pt").write_bytes(b"definitely not a checkpoint")
+    result = invoke("translate", "x", "--model", str(model), "--device", "cpu")
+    assert result.exit_code == 1
+    assert len(error_lines(result)) == 1, result.stderr
+
+
+def test_train_with_missing_data_is_a_one_line_error():
+    result = invoke("train", "--data", "/does/not/exist", "--quiet")
+    assert_clean_error(result, "/does/not/exist")
+    assert len(error_lines(result)) == 1
+
+
+def test_train_with_missing_data_leaves_no_run_folder(tmp_path):
+    invoke("train", "--data", "/does/not/exist", "--quiet")
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_resume_without_last_pt_is_an_error(tmp_path):
+    (tmp_path / "old").mkdir()
+    result = invoke("train", "--resume", str(tmp_path / "old"), "--quiet")
+    assert_clean_error(result, "last.pt")
+
+
+def test_bad_norm_is_a_usage_error():
+    result = invoke("train", "--norm", "middle", "--quiet")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output and "--norm" in result.output
+
+
+# ---------------------------------------------------------------------------- a working run
+def test_translate_prints_one_line_per_input_in_order(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    args = ["--model", str(run_dir), "--device", "cpu", "--max-len-b", "3"]
+    result = invoke("translate", "red cat", "big dog two", "one", *args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    for text, line in zip(["red cat", "big dog two", "one"], lines, strict=True):
+        alone = invoke("translate", text, *args)
+        assert alone.stdout.splitlines() == [line]
+
+
+def test_translate_reads_a_file_and_the_newest_run_by_default(tmp_path, make_run):
+    make_run(tmp_path / "runs" / "only")
+    (tmp_path / "in.txt").write_text("red cat\nsmall bird\n", encoding="utf-8")
+    result = invoke("translate", "--file", "in.txt", "--device", "cpu", "--max-len-b", "2")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 2

@@ -1,0 +1,104 @@
+"""Tests for tformer_cli.model.layers: positional encoding, embeddings, FFN, residual + norm."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_cli.model.layers import Embeddings, FeedForward, Residual, sinusoidal_positions
+
+
+def pe_by_hand(max_len: int, d: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    pe = torch.zeros(max_len, d, dtype=torch.float64)
+    for pos in range(max_len):
+        for col in range(d):
+            two_i = col - col % 2
+            angle = pos / 10000 ** (two_i / d)
+            pe[pos, col] = math.sin(angle) if col % 2 == 0 else math.cos(angle)
+    return pe
+
+
+@pytest.mark.parametrize("d", [2, 6, 7, 32])
+def test_sinusoidal_positions_follow_the_paper_formula(d):
+    pe = sinusoidal_positions(50, d)
+    assert pe.shape == (50, d)
+    assert torch.allclose(pe.double(), pe_by_hand(50, d), atol=1e-5, rtol=0)
+
+
+def test_sinusoidal_positions_first_rows_by_hand():
+    pe = sinusoidal_positions(2, 4)
+    # pos 0: sin 0, cos 0, sin 0, cos 0; pos 1: sin 1, cos 1, sin 1/100, cos 1/100
+    expected = [[0, 1, 0, 1], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)]]
+    assert torch.allclose(pe, torch.tensor(expected, dtype=torch.float32), atol=1e-7)
+
+
+def test_embedding_is_token_vector_times_sqrt_d_model_plus_sinusoid(tiny_cfg):
+    torch.manual_seed(0)
+    emb = Embeddings(tiny_cfg(d_model=8, dropout=0.0)).eval()
+    tokens = torch.tensor([[5, 9, 0, 3], [7, 7, 7, 7]])
+    E, pe = emb.tokens.weight.detach().double(), pe_by_hand(10, 8)
+    out = emb(tokens).double()
+    for b in range(2):
+        for t in range(4):
+            expected = E[int(tokens[b, t])] * math.sqrt(8) + pe[t]
+            assert torch.allclose(out[b, t], expected, atol=1e-5)
+    # decoding step t sees the position t, not 0
+    shifted = emb(tokens[:, 2:3], start=2).double()
+    assert torch.allclose(shifted[:, 0], E[tokens[:, 2]] * math.sqrt(8) + pe[2], atol=1e-5)
+
+
+def test_learned_positions_are_added_per_position(tiny_cfg):
+    torch.manual_seed(1)
+    emb = Embeddings(tiny_cfg(d_model=8, positional="learned")).eval()
+    assert isinstance(emb.learned, torch.nn.Parameter)
+    assert not hasattr(emb, "sinusoid")
+    tokens = torch.tensor([[4, 5, 6]])
+    E, P = emb.tokens.weight.detach(), emb.learned.detach()
+    out = emb(tokens, start=1).detach()
+    expected = E[tokens[0]] * math.sqrt(8) + P[1:4]
+    assert torch.allclose(out[0], expected, atol=1e-6)
+
+
+def test_embedding_dropout_is_active_in_training_only(tiny_cfg):
+    torch.manual_seed(2)
+    emb = Embeddings(tiny_cfg(d_model=8, dropout=0.5))
+    tokens = torch.tensor([[4, 5, 6, 7]])
+    emb.eval()
+    a, b = emb(tokens), emb(tokens)
+    assert torch.equal(a, b)
+    emb.train()
+    dropped = emb(tokens)
+    assert (dropped == 0).any() and not torch.equal(dropped, a)
+
+
+def test_feed_forward_is_relu_of_first_layer_then_second_layer():
+    torch.manual_seed(3)
+    ffn = FeedForward(4, 16, dropout=0.0).eval()
+    x = torch.randn(2, 3, 4)
+    W1, b1 = ffn.w_1.weight.detach(), ffn.w_1.bias.detach()
+    W2, b2 = ffn.w_2.weight.detach(), ffn.w_2.bias.detach()
+    expected = torch.clamp(x @ W1.T + b1, min=0) @ W2.T + b2  # max(0, x W1 + b1) W2 + b2
+    assert torch.allclose(ffn(x).detach(), expected, atol=1e-6)
+    assert ffn.w_1.out_features == 16
+
+
+def test_post_norm_residual_is_layer_norm_of_x_plus_sublayer():
+    torch.manual_seed(4)
+    res = Residual(6, dropout=0.0, pre_norm=False).eval()
+    x = torch.randn(2, 3, 6)
+    sub = torch.nn.Linear(6, 6)
+    expected = F.layer_norm(x + sub(x), (6,))  # LayerNorm starts at weight 1, bias 0
+    assert torch.allclose(res(x, sub), expected, atol=1e-6)
+
+
+def test_pre_norm_residual_is_x_plus_sublayer_of_layer_norm():
+    torch.manual_seed(5)
+    res = Residual(6, dropout=0.0, pre_norm=True).eval()
+    x = torch.randn(2, 3, 6)
+    sub = torch.nn.Linear(6, 6)
+    expected = x + sub(F.layer_norm(x, (6,)))
+    assert torch.allclose(res(x, sub), expected, atol=1e-6)

@@ -1,0 +1,166 @@
+"""Tests for tformer_cli.training: the loss and schedule by hand, overfitting a batch, and a tiny
+end-to-end run whose --resume continues bit-for-bit."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pytest
+import torch
+from rich.console import Console
+
+from tformer_cli import training
+from tformer_cli.batching import make_batch
+from tformer_cli.checkpoint import RunConfig, load_state
+from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.errors import TformerError
+from tformer_cli.training import Trainer, label_smoothed_loss, lr_at, new_run_dir
+
+
+# ---------------------------------------------------------------------------- schedule
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        (0, 1e-3 / 100),  # step 0 counts as step 1
+        (1, 1e-3 / 100),
+        (50, 0.5e-3),
+        (100, 1e-3),  # the peak, at the end of warm-up
+        (400, 0.5e-3),  # 1e-3 * sqrt(100 / 400)
+        (10_000, 1e-4),  # 1e-3 * sqrt(100 / 10000)
+    ],
+)
+def test_lr_warms_up_linearly_then_decays_as_inverse_sqrt(step, expected):
+    cfg = TrainConfig(lr=1e-3, warmup=100)
+    assert lr_at(step, cfg) == pytest.approx(expected, rel=1e-12)
+
+
+def test_zero_warmup_is_refused_or_gives_a_finite_rate():
+    try:
+        cfg = TrainConfig(lr=1e-3, warmup=0)
+    except TformerError:
+        return  # refusing the setting up front is fine too
+    for step in (1, 10, 1000):
+        assert 0 < lr_at(step, cfg) <= 1e-3
+
+
+# ---------------------------------------------------------------------------- loss
+def test_label_smoothed_loss_by_hand():
+    logits = torch.tensor([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [5.0, 5.0, 5.0, 5.0]]])
+    gold = torch.tensor([[2, 1, 0]])  # the last position is padding: ignored
+    eps, V = 0.1, 4
+    expected = 0.0
+    for t, g in ((0, 2), (1, 1)):
+        row = logits[0, t].tolist()
+        log_z = math.log(sum(math.exp(x) for x in row))
+        logp = [x - log_z for x in row]
+        expected += -(1 - eps) * logp[g] - eps / V * sum(logp)
+    assert float(label_smoothed_loss(logits, gold, eps)) == pytest.approx(expected, rel=1e-6)
+    # without smoothing: the summed negative log-likelihood of the gold tokens
+    nll = 0.0
+    for t, g in ((0, 2), (1, 1)):
+        row = logits[0, t].tolist()
+        nll += math.log(sum(math.exp(x) for x in row)) - row[g]
+    assert float(label_smoothed_loss(logits, gold, 0.0)) == pytest.approx(nll, rel=1e-6)
+
+
+def test_tiny_model_overfits_a_small_batch(tiny_model):
+    model = tiny_model(seed=0).train()
+    src = [[4, 5, 6, 7], [8, 9, 10], [11, 12, 13, 14, 15], [16, 17]]
+    b = make_batch(src, [s[::-1] for s in src])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
+    for _ in range(300):
+        loss = label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.0) / b.n_tgt_tokens
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05
+    with torch.no_grad():
+        assert torch.equal(model.eval()(b.src, b.tgt_in).argmax(-1)[b.tgt_out != 0],
+                           b.tgt_out[b.tgt_out != 0])  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- the trainer
+MODEL = ModelConfig(
+    vocab_size=100, d_model=32, h=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1,
+    dropout=0.1, max_positions=64,
+)  # fmt: skip
+
+
+def train_cfg(corpus, **overrides) -> TrainConfig:
+    values = dict(
+        data=str(corpus), vocab_size=100, max_tokens=96, lr=3e-3, warmup=5, valid_every=8,
+        max_steps=16, device="cpu", precision="fp32", seed=7,
+    )  # fmt: skip
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def quiet_console() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+@pytest.fixture
+def single_thread_trainer(monkeypatch):
+    """Keep the trainer from raising torch's thread count on the shared two-core machine."""
+    monkeypatch.setattr(training, "setup_threads", lambda: None)
+
+
+def run(run_dir, corpus, resume=False, **overrides):
+    trainer = Trainer(
+        run_dir, MODEL, train_cfg(corpus, **overrides), resume=resume, console=quiet_console()
+    )
+    return trainer, trainer.run(quiet=True)
+
+
+def test_training_run_writes_every_file_of_the_run_folder(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    trainer, result = run(tmp_path / "run", tiny_corpus)
+    run_dir = tmp_path / "run"
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.json", "tokenizer.json", "model.pt", "last.pt", "log.jsonl"} <= names
+    assert not [n for n in names if n.endswith(".tmp")]
+    assert result.state.step == 16 and "max-steps" in result.stopped_by
+    assert result.test_bleu is not None
+    config = RunConfig.load(run_dir)
+    assert config.model.vocab_size == trainer.tokenizer.get_vocab_size() <= 100
+    assert config.train.max_steps == 16
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "valid_bleu" in r] == [8, 16]
+    assert any("test_bleu" in r for r in records)
+    last = load_state(run_dir / "last.pt")
+    assert last["state"]["step"] == 16
+    model_state = load_state(run_dir / "model.pt")
+    assert model_state.keys() == trainer.model.state_dict().keys()
+
+
+def test_resume_continues_bit_for_bit(tmp_path, tiny_corpus, single_thread_trainer):
+    """16 steps straight == 8 steps, then --resume for 8 more (dropout on: the RNG is restored).
+    The resumed run is asked for another lr: only the stopping rules may change."""
+    straight, _ = run(tmp_path / "straight", tiny_corpus, max_steps=16, valid_every=100)
+    run(tmp_path / "split", tiny_corpus, max_steps=8, valid_every=100)
+    halfway = load_state(tmp_path / "split" / "last.pt")["model"]
+    resumed, result = run(
+        tmp_path / "split", tiny_corpus, resume=True, max_steps=16, valid_every=100, lr=1.0
+    )
+    assert resumed.cfg.lr == 3e-3
+    assert result.state.step == 16
+    assert resumed.state.epoch == straight.state.epoch
+    a = load_state(tmp_path / "straight" / "last.pt")["model"]
+    b = load_state(tmp_path / "split" / "last.pt")["model"]
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert not all(torch.equal(a[name], halfway[name]) for name in a)  # 8 more steps happened
+
+
+def test_new_run_dir_refuses_to_overwrite_a_trained_run(tmp_path):
+    fresh = new_run_dir(tmp_path, "x", "toy")
+    assert fresh == tmp_path / "x"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "last.pt").write_bytes(b"")
+    with pytest.raises(TformerError, match="--resume"):
+        new_run_dir(tmp_path, "x", "toy")
+    assert new_run_dir(tmp_path, None, "data/my-corpus").name.startswith("my-corpus-")
