@@ -296,6 +296,50 @@ def format_translations(results: list[TextTranslation], style: str) -> list[str]
     return lines
 
 
+# ---------------------------------------------------------------------------- inspect-attention
+@app.command("inspect-attention")
+@friendly_errors
+def inspect_attention(
+    text: Annotated[str, typer.Argument(help="The sentence to translate and inspect.")],
+    model: ModelDir = None,
+    beam: Annotated[
+        int, typer.Option("--beam", "-k", min=1, help="Beam size (1 = greedy); the best is shown.")
+    ] = 1,
+    kind: Annotated[
+        str, typer.Option(help="cross (target -> source), encoder or decoder self-attention.")
+    ] = "cross",
+    layer: Annotated[str, typer.Option(help="Layer number (from 1), last or all.")] = "last",
+    head: Annotated[str, typer.Option(help="Head number (from 1), mean or all.")] = "all",
+    save: Annotated[
+        Path | None, typer.Option(help="Write a picture: .svg, .html (self-contained) or .png.")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write every weight with its tokens as JSON.")
+    ] = None,
+    align: Annotated[
+        bool, typer.Option(help="Score cross-attention heads against the toy gold alignments.")
+    ] = True,
+    align_sentences: Annotated[
+        int, typer.Option(min=1, help="Toy test sentences for the alignment accuracy.")
+    ] = 200,
+    device: Device = "auto",
+    precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+) -> None:
+    """Translate a sentence and show what every attention head looks at.
+
+    Prints a heatmap per head (rows: target tokens, columns: source tokens for cross-attention)
+    and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
+    the head's strongest source word is the gold-aligned one on the toy test split.
+    """
+    from tformer_cli.attention_view import inspect_attention as run_inspect
+
+    run_inspect(
+        text, model, out, err, beam=beam, kind=kind, layer=layer, head=head, save=save,
+        json_path=json_out, align=align, align_sentences=align_sentences, device=device,
+        precision=precision,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- tokenizer
 @tokenizer_app.command("train")
 @friendly_errors

@@ -95,6 +95,39 @@ def label_smoothed_loss(logits: torch.Tensor, gold: torch.Tensor, smoothing: flo
     )
 
 
+def train_step(
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    batches: list[Batch],
+    decoder_inputs: list[torch.Tensor],
+    cfg: TrainConfig,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> tuple[float, int]:
+    """One update: forward (autocast), label-smoothed loss per target token, backward over the
+    accumulated batches, clipping, AdamW. Returns (mean loss per target token, target tokens)."""
+    model.train()
+    n_tokens = sum(b.n_tgt_tokens for b in batches)
+    total = 0.0
+    for b, y in zip(batches, decoder_inputs, strict=True):
+        with autocast(device, dtype):
+            logits = model(b.src, y)  # (B, T, V)
+        loss = label_smoothed_loss(logits, b.tgt_out, cfg.label_smoothing) / n_tokens
+        loss.backward()
+        total += loss.item()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total, n_tokens
+
+
+def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with the paper's betas (0.9, 0.98), eps 1e-9, no weight decay."""
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
+    )
+
+
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool
 ) -> tuple[Any, dict[str, Split]]:
@@ -173,9 +206,7 @@ class Trainer:
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         RunConfig(model_cfg, cfg).save(run_dir)
         self.model = Transformer(model_cfg).to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
-        )
+        self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainState()
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         self.ss_generator = torch.Generator().manual_seed(cfg.seed + 1)
@@ -227,19 +258,12 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         parts = [self._batch(idx) for idx in batches]
-        n_tokens = sum(b.n_tgt_tokens for b in parts)
-        total = 0.0
-        for b in parts:
-            with autocast(self.device, self.dtype):
-                logits = self.model(b.src, self._decoder_input(b))  # (B, T, V)
-            loss = label_smoothed_loss(logits, b.tgt_out, self.cfg.label_smoothing) / n_tokens
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        inputs = [self._decoder_input(b) for b in parts]
+        loss, n_tokens = train_step(
+            self.model, self.optimizer, parts, inputs, self.cfg, self.device, self.dtype
+        )
         self.state.step += 1
-        return total, n_tokens
+        return loss, n_tokens
 
     @property
     def eps(self) -> float:
