@@ -135,3 +135,11 @@ def make_run() -> Callable[..., tuple[Path, Transformer]]:
         return run_dir, model
 
     return make
+
+
+@pytest.fixture
+def single_thread_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the trainer from raising torch's thread count on the shared two-core machine."""
+    from tformer_cli import training
+
+    monkeypatch.setattr(training, "setup_threads", lambda: None)

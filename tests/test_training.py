@@ -11,7 +11,6 @@ import pytest
 import torch
 from rich.console import Console
 
-from tformer_cli import training
 from tformer_cli.batching import make_batch
 from tformer_cli.checkpoint import RunConfig, load_state
 from tformer_cli.config import ModelConfig, TrainConfig
@@ -99,12 +98,6 @@ def train_cfg(corpus, **overrides) -> TrainConfig:
 
 def quiet_console() -> Console:
     return Console(file=io.StringIO(), width=200)
-
-
-@pytest.fixture
-def single_thread_trainer(monkeypatch):
-    """Keep the trainer from raising torch's thread count on the shared two-core machine."""
-    monkeypatch.setattr(training, "setup_threads", lambda: None)
 
 
 def run(run_dir, corpus, resume=False, **overrides):
