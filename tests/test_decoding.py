@@ -11,7 +11,7 @@ import torch
 
 from tformer_cli.batching import make_batch, pad
 from tformer_cli.config import DecodeConfig, ModelConfig
-from tformer_cli.decoding import beam_search, greedy_search, max_lengths, translate_ids
+from tformer_cli.decoding import beam_search, greedy_search, max_lengths, search, translate_ids
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -260,3 +260,14 @@ def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model):
     assert len(found) == 15
     assert sorted((h.tokens, h.finished) for h in found) == sorted((r[1], r[2]) for r in reference)
     assert [h.score for h in found] == pytest.approx([r[0] for r in reference], abs=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_len_forbids_eos_before_it_and_forced_lengths_equal_min_len(tiny_model, beam):
+    model = tiny_model()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    cfg = DecodeConfig(beam=beam, min_len=6, max_len_a=0, max_len_b=6)
+    for nbest in search(model, src, cfg):
+        assert all(len(h.tokens) == 6 and not h.finished for h in nbest)
+    free = search(model, src, DecodeConfig(beam=beam, min_len=2, max_len_a=0, max_len_b=12))
+    assert all(len(h.tokens) >= 2 or not h.finished for nbest in free for h in nbest)

@@ -80,13 +80,14 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How translations are searched for; max length is ``a * |src| + b`` tokens."""
+    """How translations are searched for: length limits ``min_len <= |Y| <= a * |src| + b``."""
 
     beam: int = 1
     alpha: float = 0.6
     max_len_a: float = 1.5
     max_len_b: int = 10
     nbest: int = 1
+    min_len: int = 0
 
 
 C = TypeVar("C")

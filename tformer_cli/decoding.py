@@ -43,13 +43,19 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
 
 
 def next_logprobs(
-    model: Transformer, y: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None
+    model: Transformer,
+    y: Tensor,
+    memory: Tensor,
+    src_mask: Tensor,
+    cache: DecoderCache | None,
+    allow_eos: bool = True,
 ) -> Tensor:
     """log p(. | x, y) for the last position: (b, V), fp32. With a cache, y holds the newest
-    tokens only. ``<pad>`` and ``<s>`` are never generated, but the other log-probabilities stay
-    the model's own (no renormalisation), so scores equal a teacher-forced pass's."""
+    tokens only. ``<pad>`` and ``<s>`` are never generated (nor ``</s>`` unless ``allow_eos``),
+    but the other log-probabilities stay the model's own (no renormalisation), so scores equal
+    a teacher-forced pass's."""
     logp = model.decode(y, memory, src_mask, cache)[:, -1].float().log_softmax(dim=-1)  # (b, V)
-    logp[:, [PAD_ID, BOS_ID]] = float("-inf")
+    logp[:, [PAD_ID, BOS_ID] if allow_eos else [PAD_ID, BOS_ID, EOS_ID]] = float("-inf")
     return logp
 
 
@@ -74,7 +80,7 @@ def greedy_search(
     out: list[Hypothesis] = [None] * B  # type: ignore[list-item]
     for t in range(T_max):
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
-        logp = next_logprobs(model, inp, memory, src_mask, cache)  # (b, V)
+        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b, V)
         best = logp.argmax(dim=-1)  # (b,)
         logprob[alive] += logp.gather(1, best[:, None]).squeeze(1)
         y[:, t + 1] = best
@@ -130,7 +136,7 @@ def beam_search(
     for t in range(T_max):
         b = sent.numel()
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
-        logp = next_logprobs(model, inp, memory, src_mask, cache)  # (b*k, V)
+        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b*k, V)
         V = logp.size(-1)
         cand = (scores.view(-1, 1) + logp).view(b, k * V)  # (b, k*V)
         top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
