@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from rich.console import Group, RenderableType
@@ -23,7 +23,9 @@ from rich.text import Text
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
-    from tformer_cli.attention_view import AttentionMaps, HeadRow, View
+    from torch import Tensor
+
+    from tformer_cli.attention_view import AttentionMaps, HeadRow, Panel, View
 
 # matplotlib's viridis at 10 even steps: dark purple (0) -> yellow (1), readable in grey too.
 VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e",
@@ -49,21 +51,30 @@ def crop(label: str, width: int = MAX_LABEL) -> str:
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
+def axis_names(kind: str) -> tuple[str, str]:
+    """What the rows and the columns of a kind's maps are."""
+    rows = "source tokens" if kind == "encoder" else "target tokens (generated)"
+    return rows, "target prefix (decoder input)" if kind == "decoder" else "source tokens"
+
+
 def plain(token: str) -> str:
     """A subword without its word-start mark ``▁`` (kept when it is the whole token)."""
     return token[1:] if token.startswith("▁") and len(token) > 1 else token
 
 
 # ---------------------------------------------------------------------------- terminal
-def _panel_text(title: str, w: Any, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
-    """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight.
-
-    The strongest cell of each row shows its weight in percent instead of a shade.
+def _panel_text(panel: Panel, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
+    """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight,
+    for the first len(cols) columns. The strongest cell of each row (over all columns) shows its
+    weight in percent instead of a shade.
     """
+    w = panel.weights  # (rows, all columns)
     label_w = max(len(crop(r)) for r in rows)
     col_labels = [crop(c) for c in cols]
     height = max(len(c) for c in col_labels)
-    text = Text(crop(title, label_w + 1 + CELL * len(cols)) + "\n", style="bold")
+    width = label_w + 1 + CELL * len(cols)
+    text = Text()
+    text.append((panel.title if len(panel.title) <= width else panel.short) + "\n", style="bold")
     for line in range(height):  # labels written downwards, ending just above the grid
         chars = [
             (c[line - height + len(c)] if line >= height - len(c) else " ") for c in col_labels
@@ -72,7 +83,7 @@ def _panel_text(title: str, w: Any, rows: Sequence[str], cols: Sequence[str], co
     best = w.argmax(dim=-1).tolist()
     for r, row in enumerate(rows):
         text.append(crop(row).rjust(label_w) + " ")
-        for c, weight in enumerate(w[r].tolist()):
+        for c, weight in enumerate(w[r, : len(cols)].tolist()):
             cell = f"{min(99, round(100 * weight)):2d}" if c == best[r] else None
             if color:
                 fg = "#000000" if weight > 0.55 else "#ffffff"
@@ -86,13 +97,15 @@ def _panel_text(title: str, w: Any, rows: Sequence[str], cols: Sequence[str], co
 
 def legend(color: bool) -> Text:
     """The colour (or shade) scale and what the numbers mean."""
-    text = Text("weight 0 ")
+    text = Text("weights: ")
     if color:
+        text.append("0 ")
         for k in range(11):
             text.append(" ", Style(bgcolor=colour(k / 10)))
+        text.append(" 1")
     else:
-        text.append(" ".join(SHADES[1:]) + " (· .2  ░ .4  ▒ .6  ▓ .8  █ 1)")
-    text.append(" 1   digits: each row's strongest cell, its weight in %")
+        text.append("blank ~0  · .2  ░ .4  ▒ .6  ▓ .8  █ 1")
+    text.append("; digits: each row's strongest cell, its weight in %")
     return text
 
 
@@ -111,34 +124,42 @@ def render_terminal(view: View, width: int = 100, color: bool = True) -> Rendera
             " widen the terminal or --save FILE.svg for all"
         )
     shown = cols[:fit]
-    panels = [_panel_text(p.title, p.weights[:, :fit], rows, shown, color) for p in view.panels]
+    panels = [_panel_text(p, rows, shown, color) for p in view.panels]
     panel_w = label_w + 1 + CELL * len(shown)
-    per_row = max(1, min(len(panels), (width + 3) // (panel_w + 3)))
+    per_row = view.columns((width + 3) // (panel_w + 3))
     grid = Table.grid(padding=(1, 3))
     for _ in range(per_row):
         grid.add_column(no_wrap=True)
     for i in range(0, len(panels), per_row):
         chunk = panels[i : i + per_row]
         grid.add_row(*chunk, *[""] * (per_row - len(chunk)))
-    row_axis = "source" if view.kind == "encoder" else "target (generated)"
-    col_axis = "target prefix (decoder input)" if view.kind == "decoder" else "source"
+    row_axis, col_axis = axis_names(view.kind)
     head = Text(f"{view.title}\nrows: {row_axis} · columns: {col_axis}", style="bold")
-    return Group(head, grid, legend(color), *(Text(n, style="yellow") for n in notes))
+    return Group(head, grid, Text(), legend(color), *(Text(n, style="yellow") for n in notes))
 
 
-def summary_table(rows: Sequence[HeadRow], kind: str, best: tuple[int, int] | None) -> Table:
-    """Per layer and head: entropy, alignment accuracy (cross, toy) and the strongest columns."""
-    table = Table(title=f"{kind} attention per head", title_justify="left", expand=False)
-    for name in ("layer", "head", "entropy (bits)"):
-        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+def summary_table(
+    rows: Sequence[HeadRow], kind: str, best: tuple[int, int] | None, width: int = 100
+) -> Table:
+    """Per layer and head: entropy, alignment accuracy (cross, toy) and the strongest column of
+    each row, cropped to ``width``. The best-aligned head is highlighted."""
+    table = Table(title=f"{kind} attention per head", title_justify="left")
+    names = ["layer", "head", "entropy (bits)"]
     aligned = any(r.alignment is not None for r in rows)
     if aligned:
-        table.add_column("aligned", justify="right", no_wrap=True, min_width=7)
-        table.add_column("crossing", justify="right", no_wrap=True, min_width=8)
+        names += ["aligned", "crossing"]
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    fixed = sum(map(len, names)) + 3 * len(names) + 4  # padding and borders
     what = "source" if kind != "decoder" else "prefix"
-    table.add_column(f"strongest {what} token per row", no_wrap=True, overflow="ellipsis")
+    table.add_column(
+        f"strongest {what} token per row",
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(10, width - fixed),
+    )
     for r in rows:
-        cells = [str(r.layer), str(r.head), f"{r.entropy:.2f}"]
+        cells = [str(r.layer), str(r.head), f"{r.entropy:.2f}"]  # no_wrap: headers are widest
         if aligned:
             cells += [f"{r.alignment:.1%}", f"{r.crossing:.1%}"]
         cells.append(" ".join(plain(t) for t in r.strongest))
@@ -153,7 +174,7 @@ CHAR_W = 6.6  # average glyph width at 11 px, for layout
 
 
 def _svg_panel(
-    title: str, w: Any, rows: Sequence[str], cols: Sequence[str], c: float
+    title: str, w: Tensor, rows: Sequence[str], cols: Sequence[str], c: float
 ) -> tuple[list[str], tuple[float, float]]:
     """SVG elements of one panel at the origin, and its (width, height)."""
     left = max(len(r) for r in rows) * CHAR_W + 10
@@ -186,21 +207,21 @@ def _svg_panel(
     return out, (left + len(cols) * c + 16, top + len(rows) * c + 16)
 
 
-def to_svg(view: View, source: str = "", translation: str = "") -> str:
+def to_svg(view: View, source: str = "", translation: str = "", note: str = "") -> str:
     """A standalone SVG: title, source and translation, one panel per head/layer, colour bar."""
     rows, cols = view.row_labels, view.col_labels
     c = max(10.0, min(22.0, 520 / max(len(rows), len(cols))))
     panels = [_svg_panel(p.title, p.weights, rows, cols, c) for p in view.panels]
     pw, ph = panels[0][1]
-    per_row = max(1, min(len(panels), int(1600 // pw)))
+    per_row = view.columns(int(1600 // pw))
     lines = [view.title]
     if source:
         lines.append(f"source: {source}")
     if translation:
         lines.append(f"translation: {translation}")
-    row_axis = "source tokens" if view.kind == "encoder" else "target tokens (generated)"
-    col_axis = "target prefix (decoder input)" if view.kind == "decoder" else "source tokens"
+    row_axis, col_axis = axis_names(view.kind)
     lines.append(f"rows: {row_axis} · columns: {col_axis} · dot: strongest cell per row")
+    lines += note.splitlines()
     header = 18 * len(lines) + 40
     n_rows = math.ceil(len(panels) / per_row)
     width = max(per_row * pw, 360, max(len(s) for s in lines) * CHAR_W * 1.05 + 20)
@@ -208,6 +229,7 @@ def to_svg(view: View, source: str = "", translation: str = "") -> str:
     body = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
         f"viewBox='0 0 {width:.0f} {height:.0f}' {FONT}>",
+        "<style>rect{shape-rendering:crispEdges}</style>",  # no seams between cells
         f"<rect width='{width:.0f}' height='{height:.0f}' fill='#fff'/>",
         "<defs><linearGradient id='scale'>"
         + "".join(
@@ -247,7 +269,14 @@ def to_html(
             if aligned:
                 cells += f"<td>{r.alignment:.1%}</td><td>{r.crossing:.1%}</td>"
             body.append(f"<tr>{cells}</tr>")
-        table = f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        caption = "<caption>Entropy: mean bits per row on this sentence (0 = one position). " + (
+            "Alignment accuracy: share of gold-aligned target words of the toy test split "
+            "whose strongest source word is an aligned one; crossing: the same for reordered "
+            "words only.</caption>"
+            if aligned
+            else "</caption>"
+        )
+        table = f"<table>{caption}<tr>{head}</tr>{''.join(body)}</table>"
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{escape(view.title)}</title><style>"
@@ -260,7 +289,7 @@ def to_html(
         "<p>Each panel is one attention head: a row is a query token, a column a key token, and "
         "the colour the share of the row's attention given to that column (each row sums to 1). "
         "The dot marks each row's strongest cell. Hover a cell for its exact weight.</p>\n"
-        f"{to_svg(view, source, translation)}"
+        f"{to_svg(view, source, translation, note)}"
         f"{f'<p>{escape(note)}</p>' if note else ''}{table}\n</body></html>\n"
     )
 
@@ -286,7 +315,7 @@ def to_png(view: View, path: Path, source: str = "", translation: str = "") -> N
 
     rows, cols = view.row_labels, view.col_labels
     n = len(view.panels)
-    per_row = min(n, 4)
+    per_row = view.columns(4)
     grid_rows = math.ceil(n / per_row)
     size = (0.3 * len(cols) + 1.8, 0.3 * len(rows) + 1.6)
     fig, axes = plt.subplots(
@@ -304,10 +333,16 @@ def to_png(view: View, path: Path, source: str = "", translation: str = "") -> N
         ax.set_xticks(range(len(cols)), cols, rotation=60, ha="left", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.xaxis.tick_top()
-        ax.set_title(view.panels[k].title, fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle("\n".join(s for s in (view.title, source, translation) if s), fontsize=10)
-    fig.savefig(path, dpi=150)
+        ax.set_xlabel(view.panels[k].title, fontsize=9, fontweight="bold")
+        if k % per_row == 0:
+            ax.set_ylabel(axis_names(view.kind)[0], fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (dot: strongest per row)")
+    lines = [view.title, f"columns: {axis_names(view.kind)[1]}"]
+    lines += [
+        f"{name}: {text}" for name, text in (("source", source), ("translation", translation))
+    ]
+    fig.suptitle("\n".join(lines), fontsize=9)
+    fig.savefig(path, dpi=150, format="png")
     plt.close(fig)
 
 

@@ -8,7 +8,8 @@ weights follow the chosen hypothesis. Rows of cross- and decoder self-attention 
 the token *generated* at that step (decoder input ``<s> y_1 .. y_{n-1}`` predicts ``y_1 .. y_n``).
 
 Layers and heads are numbered from 1 in everything a person reads; tensors are 0-based.
-Drawing lives in ``attention_render``.
+Drawing lives in ``attention_render``, scoring heads against gold alignments in
+``attention_align``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from rich.console import Console
@@ -26,6 +28,9 @@ from tformer_cli.batching import pad
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.tokenizer import BOS_ID, EOS_ID
+
+if TYPE_CHECKING:
+    from tformer_cli.attention_align import AlignmentScore
 
 KINDS = ("cross", "encoder", "decoder")
 KIND_NAMES = {
@@ -106,7 +111,8 @@ def inspect_pair(
 class Panel:
     """One heatmap: a (layer, head) map or a mean over heads, with its title."""
 
-    title: str
+    title: str  # "layer 2 · head 3"
+    short: str  # "L2 H3", for narrow terminal panels
     weights: Tensor  # (rows, cols)
 
 
@@ -119,6 +125,13 @@ class View:
     row_labels: list[str]
     col_labels: list[str]
     panels: list[Panel]
+    per_layer: int = 1  # panels of one layer: pictures start each layer on a new row
+
+    def columns(self, fit: int) -> int:
+        """Panels per row when ``fit`` would fit: one layer per row if it fits, else as many."""
+        if 1 < self.per_layer <= fit:
+            return self.per_layer
+        return max(1, min(len(self.panels), fit))
 
 
 def _parse_index(
@@ -134,9 +147,7 @@ def _parse_index(
     except ValueError:
         raise TformerError(f"--{option} {value!r} is not a number ({choices})") from None
     if not 1 <= number <= count:
-        raise TformerError(
-            f"--{option} {number} is out of range: the model has {count} {noun} ({choices})"
-        )
+        raise TformerError(f"--{option} {number} is out of range: {count} {noun} ({choices})")
     return number - 1
 
 
@@ -153,8 +164,17 @@ def check_selection(
     )
 
 
-def select(maps: AttentionMaps, kind: str, layer: str = "last", head: str = "all") -> View:
-    """The panels for ``--kind/--layer/--head`` (numbers 1-based; ``last``/``all``/``mean``)."""
+def select(
+    maps: AttentionMaps,
+    kind: str,
+    layer: str = "last",
+    head: str = "all",
+    accuracy: Tensor | None = None,
+) -> View:
+    """The panels for ``--kind/--layer/--head`` (numbers 1-based; ``last``/``all``/``mean``).
+
+    With ``accuracy`` (L, h), each head's title also gives its alignment accuracy.
+    """
     w = maps.weights.get(kind)  # (L, h, rows, cols)
     L, h = w.shape[:2] if w is not None else (0, 0)
     li, hi = check_selection(kind, layer, head, L, h)
@@ -162,13 +182,23 @@ def select(maps: AttentionMaps, kind: str, layer: str = "last", head: str = "all
     panels = []
     for i in layers:
         if hi == "mean":
-            panels.append(Panel(f"layer {i + 1} · mean of {h} heads", w[i].mean(dim=0)))
-        else:
-            heads = range(h) if hi == "all" else [int(hi)]
-            panels += [Panel(f"layer {i + 1} · head {j + 1}", w[i, j]) for j in heads]
+            panels.append(
+                Panel(f"layer {i + 1} · mean of {h} heads", f"L{i + 1} mean", w[i].mean(0))
+            )
+            continue
+        for j in range(h) if hi == "all" else [int(hi)]:
+            title, short = f"layer {i + 1} · head {j + 1}", f"L{i + 1} H{j + 1}"
+            if accuracy is not None:
+                title, short = (
+                    f"{title} · aligned {accuracy[i, j]:.0%}",
+                    f"{short} {accuracy[i, j]:.0%}",
+                )
+            panels.append(Panel(title, short, w[i, j]))
     which = "all layers" if li == "all" else f"layer {layers[0] + 1} of {L}"
     rows, cols = maps.labels(kind)
-    return View(kind, f"{KIND_NAMES[kind]}, {which}", rows, cols, panels)
+    return View(
+        kind, f"{KIND_NAMES[kind]}, {which}", rows, cols, panels, len(panels) // len(layers)
+    )
 
 
 # ---------------------------------------------------------------------------- measures
@@ -179,115 +209,6 @@ def entropy_bits(weights: Tensor) -> Tensor:
     """
     p = weights.clamp_min(1e-30)
     return -(weights * p.log2()).sum(dim=-1).mean(dim=-1)
-
-
-@dataclass(frozen=True)
-class AlignmentScore:
-    """How often a head's strongest source word is a gold-aligned one, per (layer, head).
-
-    For each target word with at least one gold link, take the cross-attention row of the step
-    that generates its first subword, sum the weights over each source word's subwords (``</s>``
-    left out) and check whether the word with the most mass is linked to the target word.
-    ``crossing`` restricts this to target words with a crossing link (reordered, e.g. the
-    verb-final verbs of German subordinate clauses and the words they jump over).
-    """
-
-    accuracy: Tensor  # (L, h)
-    crossing: Tensor  # (L, h)
-    words: int
-    crossing_words: int
-    sentences: int
-    skipped: int  # pairs whose subwords could not be mapped to the gold words
-
-    def best(self) -> tuple[int, int]:
-        """0-based (layer, head) with the highest accuracy."""
-        flat = int(self.accuracy.flatten().argmax())
-        return divmod(flat, self.accuracy.size(1))
-
-
-def word_index(tokens: Sequence[str], n_words: int) -> list[int] | None:
-    """Word number of each subword: a word starts at each ``▁``-initial piece (the Metaspace
-    pre-tokenizer marks every whitespace-separated word so; punctuation split off a word stays in
-    it). ``None`` when the count disagrees with ``n_words`` (e.g. another pre-tokenizer)."""
-    words, current = [], -1
-    for t in tokens:
-        current += t.startswith("▁")
-        words.append(max(current, 0))
-    return words if current + 1 == n_words else None
-
-
-def crossing_words(links: Sequence[tuple[int, int]]) -> set[int]:
-    """Target words j with a link (i, j) that crosses another link (i', j'): (i-i')(j-j') < 0."""
-    return {j for i, j in links for i2, j2 in links if (i - i2) * (j - j2) < 0}
-
-
-def alignment_accuracy(
-    model: Transformer,
-    tok: Tokenizer,
-    pairs: Sequence[tuple[str, str]],
-    alignments: Sequence[Sequence[tuple[int, int]]],
-    batch_size: int = 32,
-) -> AlignmentScore:
-    """Score every cross-attention head against gold word alignments (Pharaoh ``i-j``, 0-based
-    source word i, target word j) with teacher forcing on the reference target."""
-    L, h = len(model.decoder), model.cfg.h
-    correct, cross_correct = torch.zeros(L, h), torch.zeros(L, h)
-    words = n_crossing = used = skipped = 0
-    for start in range(0, len(pairs), batch_size):
-        chunk = list(range(start, min(start + batch_size, len(pairs))))
-        encs = [
-            [tok.encode(pairs[k][side], add_special_tokens=False) for side in (0, 1)] for k in chunk
-        ]
-        weights = collect(model, [s.ids for s, _ in encs], [[*t.ids, EOS_ID] for _, t in encs])
-        for b, k in enumerate(chunk):
-            (src, tgt), links = encs[b], alignments[k]
-            src_words = word_index(src.tokens, len(pairs[k][0].split()))
-            tgt_words = word_index(tgt.tokens, len(pairs[k][1].split()))
-            if src_words is None or tgt_words is None or not links:
-                skipped += 1
-                continue
-            used += 1
-            n_src = src_words[-1] + 1
-            to_word = torch.zeros(len(src_words) + 1, n_src)  # (S, n_src), "</s>" row stays 0
-            to_word[torch.arange(len(src_words)), torch.tensor(src_words)] = 1.0
-            first_row = {}  # target word -> the row generating its first subword
-            for row, j in enumerate(tgt_words):
-                first_row.setdefault(j, row)
-            gold = torch.zeros(tgt_words[-1] + 1, n_src, dtype=torch.bool)
-            for i, j in links:
-                gold[j, i] = True
-            linked = [j for j in sorted(first_row) if gold[j].any()]
-            rows = torch.tensor([first_row[j] for j in linked])
-            w = weights["cross"][b, :, :, rows, : len(src_words) + 1]  # (L, h, n, S)
-            strongest = (w @ to_word).argmax(dim=-1)  # (L, h, n) source word per target word
-            hit = gold[torch.tensor(linked)[None, None, :], strongest].float()  # (L, h, n)
-            crossing = torch.tensor([j in crossing_words(links) for j in linked])
-            correct += hit.sum(dim=-1)
-            cross_correct += hit[..., crossing].sum(dim=-1)
-            words += len(linked)
-            n_crossing += int(crossing.sum())
-    return AlignmentScore(
-        correct / max(words, 1),
-        cross_correct / max(n_crossing, 1),
-        words,
-        n_crossing,
-        used,
-        skipped,
-    )
-
-
-def read_aligned_corpus(
-    folder: Path, split: str = "test", limit: int | None = None
-) -> tuple[list[tuple[str, str]], list[list[tuple[int, int]]]]:
-    """``{split}.tsv`` pairs and ``{split}.align`` links of a folder (the toy corpus layout)."""
-    from tformer_cli.toy import read_alignments
-
-    tsv, align = folder / f"{split}.tsv", folder / f"{split}.align"
-    if not (tsv.is_file() and align.is_file()):
-        raise TformerError(f"{folder}: needs {split}.tsv and {split}.align for alignment accuracy")
-    lines = tsv.read_text(encoding="utf-8").splitlines()[:limit]
-    pairs = [(s, t) for s, t in (line.split("\t", 1) for line in lines)]
-    return pairs, read_alignments(align)[: len(pairs)]
 
 
 @dataclass(frozen=True)
@@ -326,6 +247,7 @@ def summary_rows(
 
 # ---------------------------------------------------------------------------- the command
 PICTURES = (".svg", ".html", ".htm", ".png")
+ALIGNED = "\naligned: share of gold-aligned target words whose strongest source word is aligned"
 
 
 def inspect_attention(
@@ -348,6 +270,7 @@ def inspect_attention(
     """``tformer inspect-attention``: translate, print the heatmap(s) and the per-head summary,
     and write the picture and JSON asked for. Bad options fail before any work."""
     from tformer_cli import attention_render as render
+    from tformer_cli.attention_align import alignment_accuracy, read_aligned_corpus
     from tformer_cli.checkpoint import atomic_write, atomic_write_text, load_run
     from tformer_cli.config import DecodeConfig
     from tformer_cli.decoding import search
@@ -382,6 +305,8 @@ def inspect_attention(
             pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", align_sentences)
             with inference(run.device, run.dtype):
                 score = alignment_accuracy(model, tok, pairs, links)
+            if score.words == 0:
+                score, note = None, "alignment accuracy: no test pair's subwords map to its words"
         else:
             note = "alignment accuracy needs gold word alignments: only runs trained on toy"
     rows = summary_rows(maps, kind, score)
@@ -389,12 +314,12 @@ def inspect_attention(
     out.print(f"source: {maps.source}", markup=False)
     out.print(f"translation ({search_name}): {maps.translation}", markup=False)
     out.print()
-    view = select(maps, kind, layer, head)
-    color = out.color_system is not None and not out.no_color
+    view = select(maps, kind, layer, head, None if score is None else score.accuracy)
+    color = out.color_system in ("256", "truecolor") and not out.no_color  # 16 colours: shades
     out.print(render.render_terminal(view, out.width, color))
     out.print()
     best_head = score.best() if score is not None else None
-    out.print(render.summary_table(rows, kind, best_head))
+    out.print(render.summary_table(rows, kind, best_head, out.width))
     if score is not None and best_head is not None:
         li, hi = best_head
         note = (
@@ -409,7 +334,8 @@ def inspect_attention(
         if save.suffix.lower() == ".png":
             atomic_write(save, lambda tmp: render.to_png(view, tmp, maps.source, maps.translation))
         elif save.suffix.lower() == ".svg":
-            atomic_write_text(save, render.to_svg(view, maps.source, maps.translation))
+            legend = note + (ALIGNED if score is not None else "")
+            atomic_write_text(save, render.to_svg(view, maps.source, maps.translation, legend))
         else:
             atomic_write_text(save, render.to_html(view, maps.source, maps.translation, rows, note))
         err.print(f"wrote {save}", markup=False, highlight=False)

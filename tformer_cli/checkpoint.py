@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from tformer_cli import __version__
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
-from tformer_cli.device import resolve_device, resolve_precision
+from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.tokenizer import load_tokenizer
@@ -39,6 +39,9 @@ def atomic_write(path: Path, write: Any) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -147,6 +150,7 @@ def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") 
     except (RuntimeError, TypeError, AttributeError) as e:
         first = str(e).strip().splitlines()[0]
         raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
+    setup_threads()
     dev = resolve_device(device)
     return LoadedRun(
         run_dir, config, net.to(dev).eval(), tokenizer, dev, resolve_precision(precision, dev)

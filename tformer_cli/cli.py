@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from tformer_cli import __version__
+from tformer_cli.config import ModelConfig, TrainConfig, from_dict, load_recipe
 from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
 
@@ -89,88 +90,123 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or l
 
 
 # ---------------------------------------------------------------------------- train
+M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
+
+# train's options -> (config table, field); "layers" sets both stacks
+TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
+    "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
+    "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
+    "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
+    "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
+    "positional": ("model", "positional"), "norm": ("model", "norm"),
+    "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
+    "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
+    "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
+    "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
+    "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
+    "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
+    "patience": ("train", "patience"), "seed": ("train", "seed"),
+    "precision": ("train", "precision"), "device": ("train", "device"),
+    "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
+    "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
+    "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
+}  # fmt: skip
+
+
 @app.command()
 @friendly_errors
 def train(
+    ctx: typer.Context,
     data: Annotated[
-        str,
-        typer.Option(
-            help="toy (bundled), a folder or .tsv/.jsonl file, or hf:NAME[:CONFIG] (Hugging Face)."
-        ),
-    ] = "toy",
+        str, typer.Option(help="toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG].")
+    ] = T.data,
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="Recipe: toy, multi30k or a .toml file; options given here win."),
+    ] = None,
     name: Annotated[
-        str | None, typer.Option(help="Run name: runs/NAME. Default: data + time.")
+        str | None, typer.Option(help="Run name: runs/NAME. Default: data+time.")
     ] = None,
     runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
     resume: Annotated[
         Path | None, typer.Option(help="Continue the run in this folder from its last.pt.")
     ] = None,
-    vocab_size: Annotated[int, typer.Option(help="Shared BPE vocabulary size.")] = 8000,
-    tokenizer: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = "bpe",
-    d_model: Annotated[int, typer.Option(help="Model width d_model.")] = 256,
-    heads: Annotated[int, typer.Option(help="Attention heads h.")] = 4,
-    d_ff: Annotated[int, typer.Option(help="Inner width of the feed-forward layers.")] = 1024,
-    layers: Annotated[int, typer.Option(help="Encoder and decoder layers (each).")] = 3,
+    vocab_size: Annotated[int, typer.Option(help="Shared subword vocabulary size.")] = T.vocab_size,
+    tokenizer: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = T.tokenizer_kind,
+    d_model: Annotated[int, typer.Option(help="Model width d_model.")] = M.d_model,
+    heads: Annotated[int, typer.Option(help="Attention heads h.")] = M.h,
+    d_ff: Annotated[int, typer.Option(help="Inner width of the feed-forward layers.")] = M.d_ff,
+    layers: Annotated[
+        int, typer.Option(help="Encoder and decoder layers (each).")
+    ] = M.n_encoder_layers,
     dropout: Annotated[
-        float, typer.Option(help="Dropout on embeddings and sublayer outputs.")
-    ] = 0.1,
-    positional: Annotated[
-        str, typer.Option(help="sinusoidal or learned positions.")
-    ] = "sinusoidal",
-    norm: Annotated[
-        str, typer.Option(help="post (LayerNorm(x + f(x)), the paper's) or pre.")
-    ] = "post",
-    tie: Annotated[bool, typer.Option(help="Tie embeddings and output layer.")] = True,
-    max_tokens: Annotated[int, typer.Option(help="Batch size in padded tokens.")] = 4096,
-    max_len: Annotated[
-        int, typer.Option(help="Skip training pairs longer than this (tokens).")
-    ] = 256,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 7e-4,
-    warmup: Annotated[
-        int, typer.Option(help="Linear warm-up steps, then 1/sqrt(step) decay.")
-    ] = 500,
-    label_smoothing: Annotated[float, typer.Option(help="Label smoothing epsilon.")] = 0.1,
-    clip_norm: Annotated[float, typer.Option(help="Gradient norm clipping.")] = 1.0,
-    accum: Annotated[int, typer.Option(help="Batches per update (gradient accumulation).")] = 1,
-    max_steps: Annotated[int, typer.Option(help="Stop after this many updates (0: no limit).")] = 0,
-    epochs: Annotated[int, typer.Option(help="Stop after this many epochs (0: no limit).")] = 0,
-    max_minutes: Annotated[float, typer.Option(help="Stop after this much training time.")] = 0.0,
-    valid_every: Annotated[int, typer.Option(help="Validate every N updates.")] = 250,
-    valid_bleu_size: Annotated[int, typer.Option(help="Sentences for validation BLEU.")] = 300,
-    patience: Annotated[int, typer.Option(help="Early stop after N validations w/o gain.")] = 0,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 1234,
-    device: Device = "auto",
-    precision: Precision = "auto",
+        float, typer.Option(help="Dropout on embeddings and sublayers.")
+    ] = M.dropout,
+    positional: Annotated[str, typer.Option(help="sinusoidal or learned.")] = M.positional,
+    norm: Annotated[str, typer.Option(help="post: LayerNorm(x + f(x)) (paper), or pre.")] = M.norm,
+    tie: Annotated[bool, typer.Option(help="Tie embeddings and output layer.")] = M.tie_embeddings,
+    max_tokens: Annotated[int, typer.Option(help="Batch size in padded tokens.")] = T.max_tokens,
+    max_len: Annotated[int, typer.Option(help="Skip longer training pairs (tokens).")] = T.max_len,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = T.lr,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps, then 1/sqrt decay.")] = T.warmup,
+    label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = T.label_smoothing,
+    clip_norm: Annotated[float, typer.Option(help="Gradient norm clipping.")] = T.clip_norm,
+    accum: Annotated[int, typer.Option(help="Batches per update.")] = T.accum,
+    max_steps: Annotated[int, typer.Option(help="Stop after N updates (0: none).")] = T.max_steps,
+    epochs: Annotated[int, typer.Option(help="Stop after N epochs (0: none).")] = T.max_epochs,
+    max_minutes: Annotated[float, typer.Option(help="Stop after this time.")] = T.max_minutes,
+    valid_every: Annotated[int, typer.Option(help="Validate every N updates.")] = T.valid_every,
+    valid_bleu_size: Annotated[
+        int, typer.Option(help="Validation sentences for BLEU.")
+    ] = T.valid_bleu_size,
+    patience: Annotated[
+        int, typer.Option(help="Early stop after N validations without gain (0: off).")
+    ] = T.patience,
+    scheduled_sampling: Annotated[
+        str, typer.Option(help="Scheduled sampling: off, linear, exp or inverse-sigmoid.")
+    ] = T.scheduled_sampling,
+    ss_k: Annotated[
+        float | None,
+        typer.Option(
+            help="Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k))."
+        ),
+    ] = T.ss_k,
+    ss_min: Annotated[float, typer.Option(help="Floor of the linear schedule.")] = T.ss_min,
+    ss_warmup: Annotated[int, typer.Option(help="Updates of pure teacher forcing first.")] = 0,
+    ss_mix: Annotated[str, typer.Option(help="Model tokens by argmax or sample.")] = T.ss_mix,
+    ss_tau: Annotated[float, typer.Option(help="Sampling temperature.")] = T.ss_tau,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = T.seed,
+    device: Device = T.device,
+    precision: Precision = T.precision,
     quiet: Quiet = False,
 ) -> None:
     """Train a tokenizer and a Transformer, then report test BLEU (greedy, sacrebleu).
 
     Validates every --valid-every updates (loss, perplexity, greedy BLEU), keeps the best model
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits.
+    Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.config import ModelConfig, TrainConfig
     from tformer_cli.training import Trainer, new_run_dir
 
-    train_cfg = TrainConfig(
-        data=data, src_lang=src, tgt_lang=tgt, vocab_size=vocab_size, tokenizer_kind=tokenizer,
-        max_tokens=max_tokens, max_len=max_len, lr=lr, warmup=warmup,
-        label_smoothing=label_smoothing, clip_norm=clip_norm, accum=accum, max_steps=max_steps,
-        max_epochs=epochs, max_minutes=max_minutes, valid_every=valid_every,
-        valid_bleu_size=valid_bleu_size, patience=patience, seed=seed, precision=precision,
-        device=device,
-    )  # fmt: skip
-    model_cfg = ModelConfig(
-        vocab_size=vocab_size, d_model=d_model, h=heads, d_ff=d_ff, n_encoder_layers=layers,
-        n_decoder_layers=layers, dropout=dropout, positional=positional, norm=norm,  # type: ignore[arg-type]
-        tie_embeddings=tie,
-    )  # fmt: skip
-    if positional not in ("sinusoidal", "learned"):
+    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
+    recipe = load_recipe(preset) if preset else {}
+    for table in tables:
+        tables[table].update(recipe.get(table, {}))
+    for option, (table, *fields) in TRAIN_OPTIONS.items():
+        source = ctx.get_parameter_source(option)  # an enum of click's, or of typer's own copy
+        explicit = source is not None and source.name != "DEFAULT"
+        for field in fields:
+            if explicit or field not in tables[table]:
+                tables[table][field] = ctx.params[option]
+    train_cfg = from_dict(TrainConfig, tables["train"])
+    model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
+    if model_cfg.positional not in ("sinusoidal", "learned"):
         raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
-    if norm not in ("post", "pre"):
+    if model_cfg.norm not in ("post", "pre"):
         raise typer.BadParameter("use post or pre", param_hint="--norm")
-    run_dir = resume if resume is not None else new_run_dir(runs_dir, name, data)
+    run_dir = resume if resume is not None else new_run_dir(runs_dir, name, train_cfg.data)
     if resume is not None and not (resume / "last.pt").exists():
         raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
     log = Console(stderr=True, quiet=quiet)
@@ -338,6 +374,63 @@ def inspect_attention(
         json_path=json_out, align=align, align_sentences=align_sentences, device=device,
         precision=precision,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- eval
+@app.command("eval")
+@friendly_errors
+def evaluate(
+    model: ModelDir = None,
+    data: Annotated[
+        str | None,
+        typer.Option(help="Corpus (as for train). Default: the data the run was trained on."),
+    ] = None,
+    src: Annotated[str | None, typer.Option(help="Source language. Default: the run's.")] = None,
+    tgt: Annotated[str | None, typer.Option(help="Target language. Default: the run's.")] = None,
+    split: Annotated[str, typer.Option(help="train, valid or test.")] = "test",
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")
+    ] = None,
+    beam: Annotated[
+        int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
+    ] = 5,
+    alpha: Annotated[
+        float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
+    ] = 0.6,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write every number, with its settings, as JSON here."),
+    ] = None,
+    hyp: Annotated[
+        Path | None,
+        typer.Option(help="Write the hypotheses, one per line: beam if --beam > 1, else greedy."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")] = 1234,
+    device: Device = "auto",
+    precision: Annotated[
+        str | None,
+        typer.Option(help="fp32, bf16 or auto. Default: the precision the run was trained with."),
+    ] = None,
+    threads: Annotated[
+        int,
+        typer.Option(min=0, help="CPU threads. 0: the cores other processes leave idle."),
+    ] = 0,
+    quiet: Quiet = False,
+) -> None:
+    """Score a run: BLEU and chrF (greedy and beam), teacher-forced loss, and exposure bias.
+
+    The exposure-bias sections: the BLEU gap between teacher-forced argmax and greedy output,
+    error accumulation when the model reads its own mistakes, accuracy under prefix noise, and
+    quality decay with length. Metrics with no defined value print n/a.
+    """
+    from tformer_cli.evaluation import EvalConfig, evaluate_run, render_report
+
+    report = evaluate_run(
+        model, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
+        cfg=EvalConfig(beam=beam, alpha=alpha, seed=seed), device=device, precision=precision,
+        json_path=json_out, hyp_path=hyp, threads=threads, console=err, quiet=quiet,
+    )  # fmt: skip
+    out.print(render_report(report))
 
 
 # ---------------------------------------------------------------------------- tokenizer

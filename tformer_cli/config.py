@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from tformer_cli.errors import TformerError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 Positional = Literal["sinusoidal", "learned"]
 Norm = Literal["post", "pre"]
@@ -17,11 +24,11 @@ class ModelConfig:
     """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
 
     vocab_size: int
-    d_model: int = 256
+    d_model: int = 128
     h: int = 4
-    d_ff: int = 1024
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
+    d_ff: int = 512
+    n_encoder_layers: int = 2
+    n_decoder_layers: int = 2
     dropout: float = 0.1
     positional: Positional = "sinusoidal"
     norm: Norm = "post"
@@ -44,17 +51,17 @@ class TrainConfig:
     data: str = "toy"
     src_lang: str | None = None
     tgt_lang: str | None = None
-    vocab_size: int = 8000
+    vocab_size: int = 1000
     tokenizer_kind: str = "bpe"
-    max_tokens: int = 4096
+    max_tokens: int = 2048
     max_len: int = 256
-    lr: float = 7e-4
-    warmup: int = 500
+    lr: float = 2e-3
+    warmup: int = 200
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     accum: int = 1
     max_steps: int = 0
-    max_epochs: int = 0
+    max_epochs: int = 8
     max_minutes: float = 0.0
     valid_every: int = 250
     valid_bleu_size: int = 300
@@ -88,6 +95,31 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     min_len: int = 0
+
+
+RECIPES = Path(__file__).parent / "recipes"
+
+
+def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
+    """A training recipe: ``toy``, ``multi30k`` (shipped) or a TOML file with ``[model]`` and
+    ``[train]`` tables whose keys are ``ModelConfig`` / ``TrainConfig`` field names."""
+    path = Path(spec) if spec.endswith(".toml") else RECIPES / f"{spec}.toml"
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
+        raise TformerError(f"no recipe {spec!r}: use one of {shipped}, or a .toml file")
+    try:
+        recipe = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TformerError(f"{path}: not valid TOML ({e})") from None
+    unknown = sorted(set(recipe) - {"model", "train"})
+    if unknown:
+        raise TformerError(f"{path}: unknown tables {', '.join(unknown)} (use [model], [train])")
+    for table, cls in (("model", ModelConfig), ("train", TrainConfig)):
+        names = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(recipe.get(table, {})) - names)
+        if bad:
+            raise TformerError(f"{path}: unknown [{table}] settings {', '.join(bad)}")
+    return recipe
 
 
 C = TypeVar("C")

@@ -67,9 +67,13 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 
 def setup_threads() -> None:
-    """Use every core the process may run on (not the machine's count under a CPU quota)."""
+    """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
+    with other work, fewer threads than cores avoid OpenMP threads spinning against each other."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, cores or 1))
+    wanted = os.environ.get("TFORMER_THREADS", "")
+    if wanted and not wanted.isdigit():
+        raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
+    torch.set_num_threads(max(1, int(wanted) if wanted else cores or 1))
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
