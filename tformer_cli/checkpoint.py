@@ -153,5 +153,10 @@ def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") 
     setup_threads()
     dev = resolve_device(device)
     return LoadedRun(
-        run_dir, config, net.to(dev).eval(), tokenizer, dev, resolve_precision(precision, dev)
+        run_dir,
+        config,
+        net.to(dev).eval(),
+        tokenizer,
+        dev,
+        resolve_precision(precision, dev, config.model.d_model),
     )

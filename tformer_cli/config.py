@@ -61,7 +61,7 @@ class TrainConfig:
     clip_norm: float = 1.0
     accum: int = 1
     max_steps: int = 0
-    max_epochs: int = 8
+    max_epochs: int = 6
     max_minutes: float = 0.0
     valid_every: int = 250
     valid_bleu_size: int = 300

@@ -195,13 +195,13 @@ class Trainer:
     ) -> None:
         self.run_dir, self.cfg, self.console = run_dir, cfg, console
         setup_threads()
-        self.device = resolve_device(cfg.device)
-        self.dtype = resolve_precision(cfg.precision, self.device)
         torch.manual_seed(cfg.seed)
         if resume:
             saved = RunConfig.load(run_dir)
             model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
             cfg = self.cfg
+        self.device = resolve_device(cfg.device)
+        self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
         self.tokenizer, self.data = prepare(run_dir, cfg, console, resume)
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         RunConfig(model_cfg, cfg).save(run_dir)
