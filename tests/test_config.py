@@ -1,0 +1,85 @@
+"""Configs: validation, recipes (presets) and their merging with command-line options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tformer_cli import cli
+from tformer_cli.config import ModelConfig, TrainConfig, from_dict, load_recipe
+from tformer_cli.device import resolve_precision
+from tformer_cli.errors import TformerError
+
+
+def test_shipped_recipes_build_valid_configs():
+    for name in ("toy", "multi30k"):
+        recipe = load_recipe(name)
+        from_dict(TrainConfig, recipe["train"])
+        from_dict(ModelConfig, {"vocab_size": 8000, **recipe["model"]})
+
+
+def test_toy_recipe_equals_the_built_in_defaults():
+    recipe = load_recipe("toy")
+    assert from_dict(TrainConfig, recipe["train"]) == TrainConfig()
+    model = from_dict(ModelConfig, {"vocab_size": 1, **recipe["model"]})
+    assert model == ModelConfig(vocab_size=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("[model]\nwidth = 3\n", "unknown \\[model\\] settings width"),
+     ("[optim]\nlr = 3\n", "unknown tables optim"), ("[model\n", "not valid TOML")],
+)  # fmt: skip
+def test_bad_recipe_files_give_one_line_errors(tmp_path, text, message):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    with pytest.raises(TformerError, match=message):
+        load_recipe(str(path))
+
+
+def test_unknown_recipe_name_lists_the_shipped_ones():
+    with pytest.raises(TformerError, match="multi30k, toy"):
+        load_recipe("nope")
+
+
+@pytest.mark.parametrize("field", ["warmup", "max_tokens", "accum", "valid_every"])
+def test_train_config_refuses_non_positive_counts(field):
+    with pytest.raises(TformerError, match=field.replace("_", "-")):
+        TrainConfig(**{field: 0})
+
+
+def test_model_config_needs_d_model_divisible_by_heads():
+    with pytest.raises(TformerError, match="divisible"):
+        ModelConfig(vocab_size=10, d_model=130, h=4)
+
+
+def test_preset_values_apply_and_explicit_options_win(tmp_path, monkeypatch):
+    """--preset multi30k sets pre-LN, d=256, de->en; --layers 1 given on the line wins."""
+    captured = {}
+
+    class FakeTrainer:
+        def __init__(self, run_dir, model_cfg, train_cfg, **kwargs):
+            captured.update(model=model_cfg, train=train_cfg)
+            raise TformerError("stop here")
+
+    monkeypatch.setattr("tformer_cli.training.Trainer", FakeTrainer)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["train", "--preset", "multi30k", "--layers", "1"])
+    assert result.exit_code == 1 and "stop here" in result.output
+    model, train = captured["model"], captured["train"]
+    assert (model.d_model, model.norm, model.dropout) == (256, "pre", 0.3)
+    assert model.n_encoder_layers == model.n_decoder_layers == 1
+    assert (train.src_lang, train.tgt_lang, train.patience) == ("de", "en", 8)
+    assert json.dumps(train.lr) == "0.0007"
+
+
+def test_auto_precision_is_fp32_for_narrow_models_and_explicit_choices_are_kept():
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu, d_model=128) is None
+    assert resolve_precision("fp32", cpu, d_model=1024) is None
+    assert resolve_precision("bf16", cpu, d_model=64) is torch.bfloat16
+    with pytest.raises(TformerError):
+        resolve_precision("fp16", cpu)
