@@ -204,11 +204,8 @@ class _Realiser:
             (a,) = self.add(adjective)
             out.append((_decline(ADJECTIVES[adjective], np.det, slot, case), (a,)))
         (n,) = self.add(np.noun.en_pl if np.plural else np.noun.en)
-        if not np.plural:
-            noun_de = np.noun.de
-        else:
-            noun_de = np.noun.de_dat_pl if case == "dat" else np.noun.de_pl
-        out.append((noun_de, (n,)))
+        plural_de = np.noun.de_dat_pl if case == "dat" else np.noun.de_pl
+        out.append((plural_de if np.plural else np.noun.de, (n,)))
         return out
 
     def clause(self, clause: Clause, order: str) -> _Target:
@@ -224,7 +221,7 @@ class _Realiser:
             finite, nicht = [(verb_de, self.add(verb.en_pl if plural else verb.en))], []
         middle: _Target = []
         if clause.obj is not None:
-            middle = self.np(clause.obj, verb.kind)
+            middle = self.np(clause.obj, verb.kind)  # kind "acc" / "dat" is the object's case
         if clause.pp is not None:
             preposition, np = clause.pp
             middle = [(PREPOSITIONS[preposition], self.add(preposition)), *self.np(np, "dat")]
