@@ -21,12 +21,12 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
-	$(BIN)/tformer train --max-minutes 6
-	$(BIN)/tformer translate \
-	  "the small dog sees the red cat ." \
-	  "two old men do not sleep ." \
-	  "the woman knows that the young teacher buys a new book ." \
-	  "the cat sleeps because the big dog sees the bird ."
+	$(BIN)/tformer train
+	@echo
+	@echo "Translating test sentences (adjective-noun pairs never seen in training):"
+	@{ head -n 3 data/toy/test.tsv; grep -m 1 ' because ' data/toy/test.tsv; } > $(VENV)/demo.tsv
+	@cut -f1 $(VENV)/demo.tsv | $(BIN)/tformer translate --quiet | paste $(VENV)/demo.tsv - \
+	  | awk -F'\t' '{ printf "  source:      %s\n  reference:   %s\n  translation: %s\n\n", $$1, $$2, $$3 }'
 
 test: $(STAMP)
 	$(BIN)/ruff check .
