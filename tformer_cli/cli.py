@@ -413,7 +413,7 @@ def evaluate(
     ] = None,
     threads: Annotated[
         int,
-        typer.Option(min=0, help="CPU threads. 0: the cores other processes leave idle."),
+        typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle."),
     ] = 0,
     quiet: Quiet = False,
 ) -> None:

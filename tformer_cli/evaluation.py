@@ -1,6 +1,6 @@
 """Translation quality and the ``tformer eval`` report: sacrebleu BLEU/chrF of greedy and beam
 outputs, teacher-forced cross-entropy, perplexity and accuracy, and the exposure-bias sections
-(``exposure.py``; definitions in ``/work/shared/EXPOSURE_BIAS.md``).
+(``exposure.py``; definitions in the design note EXPOSURE_BIAS.md).
 
 ``evaluate`` computes an ``EvalReport`` (frozen dataclasses, one per section; ``None`` where a
 metric has no defined value) that ``dataclasses.asdict`` turns into the ``--json`` file and
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,20 +20,18 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from rich.console import Console, Group
 from rich.text import Text
 from tokenizers import Tokenizer
 from torch import nn
 
 from tformer_cli import __version__
-from tformer_cli.batching import make_batch, token_batches
 from tformer_cli.checkpoint import RunConfig, atomic_write_text, load_run, resolve_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
 from tformer_cli.corpus import load_corpus
 from tformer_cli.decoding import translate_ids
-from tformer_cli.device import inference, setup_threads
+from tformer_cli.device import autocast, inference, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.exposure import (
     Accumulation,
@@ -56,12 +55,19 @@ from tformer_cli.exposure import (
     tf_argmax_tokens,
 )
 from tformer_cli.model import Transformer
-from tformer_cli.tokenizer import PAD_ID, decode, encode
+from tformer_cli.tokenizer import decode, encode
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus BLEU (sacrebleu defaults: 13a tokenization, cased) of detokenized text."""
-    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
+    return corpus_bleu(hypotheses, references)[0]
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:
+    """sacrebleu BLEU (defaults) and its signature. ``force``: the toy corpus spaces its
+    punctuation on purpose, so sacrebleu's "forgot to detokenize?" warning would be noise."""
+    b = sacrebleu.BLEU(force=True)
+    return b.corpus_score(list(hyps), [list(refs)]).score, str(b.get_signature())
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,6 @@ class TeacherForced:
         return math.exp(min(self.xent, 100.0))
 
 
-@torch.inference_mode()
 def teacher_forced(
     model: Transformer,
     src: Sequence[Sequence[int]],
@@ -85,21 +90,17 @@ def teacher_forced(
     max_tokens: int = 4096,
     dtype: torch.dtype | None = None,
 ) -> TeacherForced:
-    """tf_xent, tf_ppl and tf_acc over every target token, ``</s>`` included."""
+    """tf_xent, tf_ppl and tf_acc over every target token, ``</s>`` included: the clean pass
+    of ``tformer eval`` (so validation accuracy and the report's tf_acc agree)."""
     device = next(model.parameters()).device
-    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt, strict=True)]
-    nll, correct, n = 0.0, 0, 0
-    for idx in token_batches(lengths, max_tokens):
-        b = make_batch([src[i] for i in idx], [tgt[i] for i in idx]).to(device)
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            logits = model(b.src, b.tgt_in)  # (B, T, V)
-        logits = logits.float().flatten(0, 1)  # (B*T, V)
-        gold = b.tgt_out.flatten()  # (B*T,)
-        real = gold != PAD_ID
-        nll += float(F.cross_entropy(logits, gold, ignore_index=PAD_ID, reduction="sum"))
-        correct += int((logits.argmax(-1) == gold)[real].sum())
-        n += int(real.sum())
-    return TeacherForced(nll / max(n, 1), correct / max(n, 1), n)
+    inputs, gold = gold_io(tgt)
+    with autocast(device, dtype):
+        clean = forced_pass(model, src, inputs, gold, max_tokens)
+    right = sum(
+        a == g for p, y in zip(clean.preds, gold, strict=True) for a, g in zip(p, y, strict=True)
+    )
+    n = max(clean.tokens, 1)
+    return TeacherForced(clean.nll / n, right / n, clean.tokens)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -128,6 +129,7 @@ class EvalSource:
     limit: int | None = None
     device: str | None = None
     precision: str | None = None
+    threads: int | None = None  # torch CPU threads
     version: str = __version__
 
 
@@ -152,7 +154,7 @@ class Search:
     chrf_signature: str
     exact_match: float | None
     sentences: int
-    seconds: float
+    seconds: float = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ class ExposureGap:
 
 @dataclass(frozen=True)
 class Sizes:
+    """Sample sizes; pairs too long for the model's positions are skipped, and counted."""
+
     sentences: int
     source_tokens: int
     target_tokens: int  # with </s>: the positions of the TF metrics
@@ -174,15 +178,21 @@ class Sizes:
 
 @dataclass(frozen=True)
 class Timing:
+    """Seconds per stage; ``total`` is the sum. ``load`` (the run, the data, tokenizing) is
+    set by ``evaluate_run``; ``evaluate`` alone leaves it ``None``."""
+
     total: float
     greedy: float
     beam: float | None
     teacher_forced: float  # the clean, self-injected and prefix-noise passes
     scoring: float
+    load: float | None = None
 
 
 @dataclass(frozen=True)
 class EvalReport:
+    """Everything ``tformer eval`` prints, section by section; ``None``: no defined value."""
+
     source: EvalSource
     config: EvalConfig
     sizes: Sizes
@@ -208,12 +218,12 @@ class EvalData:
 def search_scores(beam: int, hyps: Sequence[str], refs: Sequence[str], seconds: float) -> Search:
     """Corpus BLEU and chrF with their signatures, and the share of outputs equal to the
     reference (whitespace-normalised)."""
-    b, c = sacrebleu.BLEU(), sacrebleu.CHRF()
-    bleu_score = b.corpus_score(list(hyps), [list(refs)]).score
+    c = sacrebleu.CHRF()
+    bleu_score, bleu_sig = corpus_bleu(hyps, refs)
     chrf_score = c.corpus_score(list(hyps), [list(refs)]).score
     same = sum(h.split() == r.split() for h, r in zip(hyps, refs, strict=True))
     return Search(
-        beam, bleu_score, str(b.get_signature()), chrf_score, str(c.get_signature()),
+        beam, bleu_score, bleu_sig, chrf_score, str(c.get_signature()),
         ratio(same, len(refs)), len(refs), seconds,
     )  # fmt: skip
 
@@ -248,7 +258,9 @@ def evaluate(
 
     def search(beam: int) -> tuple[list[str], float]:
         begin = time.perf_counter()
-        dcfg = DecodeConfig(beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b)
+        dcfg = DecodeConfig(
+            beam=beam, alpha=cfg.alpha, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b
+        )
         out = translate_ids(
             model,
             data.src,
@@ -267,11 +279,13 @@ def evaluate(
     done = stage("teacher forcing")
     inputs, gold = gold_io(data.tgt)
     clean = forced_pass(model, data.src, inputs, gold, cfg.max_tokens)
-    injected = forced_pass(model, data.src, self_injected_inputs(clean.preds), gold, cfg.max_tokens)
+    injected = forced_pass(
+        model, data.src, self_injected_inputs(clean.preds), gold, cfg.max_tokens, score=False
+    )
     levels = [noise_level(0.0, gold, clean.preds, clean.preds, [[False] * len(g) for g in gold])]
     for q in cfg.noise:
         noisy, replaced = noisy_inputs(inputs, q, model.cfg.vocab_size, cfg.seed)
-        preds = forced_pass(model, data.src, noisy, gold, cfg.max_tokens).preds
+        preds = forced_pass(model, data.src, noisy, gold, cfg.max_tokens, score=False).preds
         levels.append(noise_level(q, gold, clean.preds, preds, replaced))
     if done is not None:
         done(len(data.src))
@@ -280,7 +294,7 @@ def evaluate(
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
     greedy = search_scores(1, greedy_text, data.refs, greedy_s)
     beam = None if beam_text is None else search_scores(cfg.beam, beam_text, data.refs, beam_s)
-    tf_bleu = bleu(tf_text, data.refs)
+    tf_bleu = corpus_bleu(tf_text, data.refs)[0]
     xent = ratio(clean.nll, clean.tokens)
     ppl = None if xent is None else math.exp(min(xent, 100.0))
     sections = dict(
@@ -305,6 +319,20 @@ def report_json(report: EvalReport) -> str:
     return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
 
 
+def free_cores() -> int:
+    """The cores not busy with other processes (by the 1-minute load average), at least 1.
+
+    A torch thread that waits for a core another process holds stalls every small op of the
+    decoding loop: on 2 shared cores under load, 2 threads made this report 4-5x slower than 1.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        busy = 0.0
+    return max(1, min(cores or 1, round((cores or 1) - busy)))
+
+
 def evaluate_run(
     model_dir: Path | None,
     *,
@@ -318,17 +346,22 @@ def evaluate_run(
     precision: str | None = None,
     json_path: Path | None = None,
     hyp_path: Path | None = None,
+    threads: int = 0,
     console: Console | None = None,
     quiet: bool = False,
 ) -> EvalReport:
     """``tformer eval``: load a run and a split (default: the run's own data, same seed, so the
-    same carved splits), evaluate, and write ``json_path`` and ``hyp_path`` if given."""
+    same carved splits), evaluate, and write ``json_path`` and ``hyp_path`` if given.
+    ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``."""
     if split not in ("train", "valid", "test"):
         raise TformerError(f"unknown split {split!r}: use train, valid or test")
+    start = time.perf_counter()
     run_dir = resolve_run(model_dir)
     train = RunConfig.load(run_dir).train
-    setup_threads()
     run = load_run(run_dir, device, precision or train.precision)
+    setup_threads()  # $TFORMER_THREADS if set; then --threads, else the idle cores
+    if threads or not os.environ.get("TFORMER_THREADS"):
+        torch.set_num_threads(threads or free_cores())
     data_spec, src_lang, tgt_lang = (
         data or train.data,
         src_lang or train.src_lang,
@@ -343,9 +376,11 @@ def evaluate_run(
     eval_data = EvalData([src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep])
     source = EvalSource(
         str(run_dir), str(data_spec), split, src_lang, tgt_lang, limit, str(run.device),
-        "fp32" if run.dtype is None else str(run.dtype).removeprefix("torch."),
+        {None: "fp32", torch.bfloat16: "bf16"}.get(run.dtype, str(run.dtype)),
+        torch.get_num_threads(),
     )  # fmt: skip
     n = len(keep)
+    load = time.perf_counter() - start
     with make_progress("eval", console or Console(stderr=True), disable=quiet) as bar:
         task = bar.add_task("eval", total=n * (3 if cfg.beam > 1 else 2), info="")
         with inference(run.device, run.dtype):
@@ -353,6 +388,8 @@ def evaluate_run(
                 run.model, run.tokenizer, eval_data, cfg, source, len(src) - n,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
             )  # fmt: skip
+    timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
+    report = dataclasses.replace(report, timing=timing)
     if json_path is not None:
         atomic_write_text(json_path, report_json(report))
     if hyp_path is not None:
@@ -365,9 +402,10 @@ def render_report(r: EvalReport) -> Group:
     """The report as rich tables, in the order of EXPOSURE_BIAS.md (sections 1-6)."""
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
+    threads = f", {s.threads} CPU threads" if s.device == "cpu" else ""
     head = Text.assemble(
         ("tformer eval  ", "bold"),
-        f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}"
+        f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
         f" | beam {r.config.beam}, alpha {r.config.alpha}",
     )
     searches = [x for x in (r.greedy, r.beam) if x is not None]
@@ -385,18 +423,23 @@ def render_report(r: EvalReport) -> Group:
         "1. Teacher forcing (gold prefix)",
         ["tf_xent", "tf_ppl", "tf_acc", "target tokens (with </s>)"],
         [[fmt(r.tf.xent, ".4f"), fmt(r.tf.ppl), pct(r.tf.acc), str(r.tf.tokens)]],
+        labels=False,
     )
     gap = table(
         "3. Exposure gap in BLEU",
         ["tf_bleu", "greedy BLEU", "bleu_gap"],
         [[fmt(g.tf_bleu), fmt(g.greedy_bleu), fmt(g.bleu_gap, "+.2f")]],
+        "tf_bleu: BLEU of the teacher-forced argmax tokens (one per reference position, </s>"
+        " removed); bleu_gap = tf_bleu - greedy BLEU",
+        labels=False,
     )
     z, t = r.sizes, r.timing
     footer = Text(
         f"sample: {z.sentences} sentences, {z.source_tokens} source tokens, {z.target_tokens} "
         f"target tokens (with </s>); {z.skipped_too_long} pairs skipped (longer than the model's "
-        f"positions)\ntime: {t.total:.1f} s (greedy {t.greedy:.1f} s, beam {fmt(t.beam, '.1f')} s,"
-        f" teacher-forced passes {t.teacher_forced:.1f} s, scoring {t.scoring:.1f} s)"
+        f"positions)\ntime: {t.total:.1f} s (load {fmt(t.load, '.1f')} s, greedy {t.greedy:.1f} s,"
+        f" beam {fmt(t.beam, '.1f')} s, teacher-forced passes {t.teacher_forced:.1f} s,"
+        f" scoring {t.scoring:.1f} s)"
     )
     return Group(
         head,

@@ -1,4 +1,4 @@
-"""Exposure-bias metrics (``/work/shared/EXPOSURE_BIAS.md`` sections 3-6), over token ids.
+"""Exposure-bias metrics (sections 3-6 of the design note EXPOSURE_BIAS.md), over token ids.
 
 Every teacher-forced (TF) pass here is one batched forward of the decoder on given inputs
 (``forced_pass``): the clean pass reads the gold prefix ``<s> y*``, the self-injected pass reads
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import sacrebleu
 import torch
 import torch.nn.functional as F
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from torch import nn
@@ -59,15 +60,21 @@ def pct(value: float | None, spec: str = ".2f") -> str:
 
 
 def table(
-    title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], caption: str = ""
-) -> Table:
-    """A report table: first column left-aligned, numbers right-aligned, caption below."""
-    t = Table(title=title, title_justify="left", caption=caption or None, caption_justify="left")
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    caption: str = "",
+    labels: bool = True,
+) -> Group:
+    """A report section: a bold title line, a table (numbers right-aligned, the first column
+    left-aligned if it holds ``labels``), and the caption lines, which are not squeezed to the
+    table's width."""
+    t = Table()
     for i, name in enumerate(columns):
-        t.add_column(name, justify="left" if i == 0 else "right")
+        t.add_column(name, justify="left" if labels and i == 0 else "right")
     for row in rows:
         t.add_row(*row)
-    return t
+    return Group(Text(""), Text(title, style="bold"), t, *([Text(caption)] if caption else []))
 
 
 # ---------------------------------------------------------------------------- TF passes
@@ -88,9 +95,11 @@ def forced_pass(
     inputs: Sequence[Sequence[int]],
     gold: Sequence[Sequence[int]],
     max_tokens: int = 4096,
+    score: bool = True,
 ) -> ForcedPass:
     """Run the decoder on ``inputs[i]`` (``<s>`` first, as long as ``gold[i]``) given ``src[i]``
-    (no ``</s>``; it is added) and score each position against ``gold[i]``.
+    (no ``</s>``; it is added) and predict each position of ``gold[i]``; with ``score``, also
+    sum the gold tokens' NLL (else ``nll`` is 0).
 
     ``a_t`` is the argmax over the tokens decoding can emit (all but ``<pad>`` and ``<s>``), so
     after a gold prefix it is exactly greedy decoding's next token. Sentences are batched by
@@ -105,11 +114,12 @@ def forced_pass(
         y_in = pad([inputs[i] for i in idx]).to(device)  # (B, T)
         y_out = pad([gold[i] for i in idx]).to(device)  # (B, T)
         logits = model(x, y_in).float()  # (B, T, V)
-        nll += float(
-            F.cross_entropy(
-                logits.flatten(0, 1), y_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+        if score:
+            nll += float(
+                F.cross_entropy(
+                    logits.flatten(0, 1), y_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+                )
             )
-        )
         n += int((y_out != PAD_ID).sum())
         logits[..., [PAD_ID, BOS_ID]] = float("-inf")
         best = logits.argmax(dim=-1).tolist()  # (B, T)
@@ -198,12 +208,19 @@ def accumulation(
     return Accumulation(err_clean, err_self, excess, pct, n, with_error, len(gold), buckets)
 
 
-def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
-    """One block per value, ``▁`` (0) to ``█`` (``top``, default the largest); ``None``: a space."""
+def sparkline(
+    values: Sequence[float | None], lo: float | None = None, hi: float | None = None
+) -> str:
+    """One block per value, ``▁`` at ``lo`` to ``█`` at ``hi`` (default: the smallest and the
+    largest value, so the shape shows); ``None`` is a space."""
     known = [v for v in values if v is not None]
-    top = top if top is not None else max(known, default=0.0)
+    lo = min(known, default=0.0) if lo is None else lo
+    hi = max(known, default=0.0) if hi is None else hi
+    top = len(SPARK) - 1
     return "".join(
-        " " if v is None else SPARK[min(len(SPARK) - 1, int(v / top * len(SPARK))) if top else 0]
+        " "
+        if v is None
+        else SPARK[min(top, int((v - lo) / (hi - lo) * len(SPARK))) if hi > lo else 0]
         for v in values
     )
 
@@ -348,30 +365,8 @@ def length_decay(
 
 
 # ---------------------------------------------------------------------------- rendering
-def render_accumulation(a: Accumulation) -> tuple[Table, Table, Text]:
-    """Section 4: the totals, the per-bucket table with the sparkline curve, and the caveat."""
-    excess_pct = "n/a" if a.excess_error_pct is None else f"{a.excess_error_pct:+.1f}%"
-    totals = table(
-        "4. Error accumulation (TF positions after each sentence's first error)",
-        ["err_clean", "err_self", "excess_error", "excess_error_pct", "positions", "sentences"],
-        [
-            [
-                pct(a.err_clean),
-                pct(a.err_self),
-                pct(a.excess_error, "+.2f"),
-                excess_pct,
-                str(a.positions),
-                f"{a.sentences_with_error} of {a.sentences} with an error",
-            ]
-        ],
-    )
-    rates = [v for b in a.buckets for v in (b.err_clean, b.err_self) if v is not None]
-    top = max(rates, default=0.0)
-    curve = (
-        f"accumulation curve, buckets left to right (▁ 0 .. █ {pct(top, '.1f')}): "
-        f"clean {sparkline([b.err_clean for b in a.buckets], top)} | "
-        f"self {sparkline([b.err_self for b in a.buckets], top)}"
-    )
+def render_accumulation(a: Accumulation) -> tuple[Group, Text]:
+    """Section 4: the error rates per bucket and in all, the sparkline curve, and the caveat."""
     rows = [
         [
             f"{b.first}-{b.last}" if b.last is not None else f"{b.first}+",
@@ -382,13 +377,29 @@ def render_accumulation(a: Accumulation) -> tuple[Table, Table, Text]:
         ]
         for b in a.buckets
     ]
-    buckets = table(
-        "", ["target position", "positions", "err_clean", "err_self", "excess"], rows, curve
+    rows.append(
+        ["all", str(a.positions), pct(a.err_clean), pct(a.err_self), pct(a.excess_error, "+.2f")]
     )
-    return totals, buckets, Text(CAVEAT, style="dim")
+    rates = [v for b in a.buckets for v in (b.err_clean, b.err_self) if v is not None]
+    lo, hi = min(rates, default=None), max(rates, default=None)
+    excess_pct = "n/a" if a.excess_error_pct is None else f"{a.excess_error_pct:+.1f}%"
+    caption = (
+        f"excess_error_pct (excess / err_clean): {excess_pct}; positions strictly after the first"
+        f" clean-pass error of {a.sentences_with_error} of {a.sentences} sentences\n"
+        f"accumulation curve by bucket (▁ {pct(lo, '.1f')} .. █ {pct(hi, '.1f')}):"
+        f"  clean {sparkline([b.err_clean for b in a.buckets], lo, hi)}"
+        f"  self {sparkline([b.err_self for b in a.buckets], lo, hi)}"
+    )
+    t = table(
+        "4. Error accumulation: clean TF pass vs the model reading its own TF errors",
+        ["target position", "positions", "err_clean", "err_self", "excess_error"],
+        rows,
+        caption,
+    )
+    return t, Text(CAVEAT, style="dim")
 
 
-def render_prefix_noise(p: PrefixNoise) -> Table:
+def render_prefix_noise(p: PrefixNoise) -> Group:
     """Section 5: one row per noise level, the drops in the caption."""
     rows = [
         [
@@ -401,24 +412,23 @@ def render_prefix_noise(p: PrefixNoise) -> Table:
         ]
         for x in p.levels
     ]
+    caption = (
+        "acc: TF accuracy with a share q of decoder inputs (not <s>) replaced by uniform"
+        " non-special tokens, on positions whose own input was kept; clean acc: the clean pass on"
+        " the same"
+        f" positions (seed {p.seed})\n"
+        f"drop q=0 -> {p.levels[-1].q:g}: {pct(p.drop, '+.2f')} (as defined: all positions at q=0"
+        f" vs kept ones); paired drop on the same positions: {pct(p.paired_drop, '+.2f')}"
+    )
     return table(
-        f"5. Prefix-noise sensitivity (decoder inputs replaced by random non-special tokens, "
-        f"seed {p.seed})",
-        [
-            "q",
-            "acc (kept positions)",
-            "clean acc (same positions)",
-            "paired drop",
-            "kept",
-            "replaced",
-        ],
+        "5. Prefix-noise sensitivity",
+        ["q", "acc", "clean acc", "paired drop", "kept", "replaced"],
         rows,
-        f"drop q=0 -> {p.levels[-1].q:g}: {pct(p.drop, '+.2f')} as defined (all positions at q=0"
-        f" vs kept ones); paired on the same positions: {pct(p.paired_drop, '+.2f')}",
+        caption,
     )
 
 
-def render_length_decay(d: LengthDecay) -> Table:
+def render_length_decay(d: LengthDecay) -> Group:
     """Section 6: one row per reference-length quartile, ``decay_ratio`` in the caption."""
     rows = [
         [
@@ -432,8 +442,8 @@ def render_length_decay(d: LengthDecay) -> Table:
         for k, q in enumerate(d.quartiles)
     ]
     return table(
-        "6. Length decay (mean sentence chrF by reference-length quartile)",
-        ["quartile", "reference tokens", "sentences", "greedy chrF", "TF chrF", "greedy / TF"],
+        "6. Length decay: mean sentence chrF by reference-length quartile",
+        ["quartile", "ref tokens", "sentences", "greedy chrF", "TF chrF", "greedy/TF"],
         rows,
         f"decay_ratio = (greedy/TF in Q4) / (greedy/TF in Q1): {fmt(d.decay_ratio, '.3f')}"
         " (< 1: free-running quality falls faster with length)",

@@ -396,7 +396,8 @@ class Trainer:
                 if s.batch_in_epoch >= len(batches):
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
                     stopped_by = stopped_by or self._stop_reason()
-            progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
+            if not interrupted[0]:
+                progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
         if s.step and s.best_step != s.step and not interrupted[0]:
             self._log(
                 self.validate()
