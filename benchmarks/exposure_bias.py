@@ -39,7 +39,7 @@ ROWS: list[tuple[str, Callable[[EvalReport], float | None]]] = [
     ("err_clean (%)", lambda r: _pct(r.accumulation.err_clean)),
     ("err_self (%)", lambda r: _pct(r.accumulation.err_self)),
     ("excess_error_pct", lambda r: r.accumulation.excess_error_pct),
-    ("prefix-noise drop q=0->0.25 (pts)", lambda r: _pct(r.prefix_noise.drop)),
+    ("prefix-noise paired drop q=0->0.25 (pts)", lambda r: _pct(r.prefix_noise.paired_drop)),
     ("length decay_ratio", lambda r: r.length_decay.decay_ratio),
 ]
 

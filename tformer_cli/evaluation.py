@@ -402,7 +402,8 @@ def render_report(r: EvalReport) -> Group:
     """The report as rich tables, in the order of EXPOSURE_BIAS.md (sections 1-6)."""
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
-    threads = f", {s.threads} CPU threads" if s.device == "cpu" else ""
+    plural = "s" if s.threads != 1 else ""
+    threads = f", {s.threads} CPU thread{plural}" if s.device == "cpu" else ""
     head = Text.assemble(
         ("tformer eval  ", "bold"),
         f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
