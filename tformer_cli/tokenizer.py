@@ -38,17 +38,23 @@ def train_tokenizer(
     if kind == "bpe":
         model = models.BPE(unk_token=unk)
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special,
+            show_progress=False,  # its bars write to stdout, which carries results only
         )
     elif kind == "unigram":
         model = models.Unigram()
         trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=special, unk_token=unk
+            vocab_size=vocab_size, special_tokens=special, unk_token=unk, show_progress=False
         )
     elif kind == "wordlevel":
         model = models.WordLevel(unk_token=unk)
         trainer = trainers.WordLevelTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special,
+            show_progress=False,
         )
     else:
         raise TformerError(f"unknown tokenizer kind '{kind}' (choose from: {', '.join(KINDS)})")
