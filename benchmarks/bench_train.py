@@ -142,8 +142,10 @@ def main() -> None:
     for p, c in ceilings.items():
         print(f"# matmul ceiling {p}: {c / 1e9:,.0f} GFLOP/s")
     shapes = {
-        "toy default (3+3, d=256, V=1k)": ModelConfig(vocab_size=1000),
-        "3+3, d=256, h=4, FFN 1024, V=8k": ModelConfig(vocab_size=8000),
+        "toy default (2+2, d=128, V=1k)": ModelConfig(vocab_size=1000),
+        "3+3, d=256, h=4, FFN 1024, V=8k": ModelConfig(
+            vocab_size=8000, d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3
+        ),
     }
     print("| model | system | precision | target tok/s | ms/step | MFU | vs HF |")
     print("|---|---|---|---:|---:|---:|---:|")

@@ -91,7 +91,7 @@ def test_weights_equal_softmax_of_q_k_recomputed_by_hand():
     inputs: dict[int, tuple] = {}
     hooks = [
         m.register_forward_pre_hook(
-            lambda m, args, kwargs: inputs.__setitem__(id(m), args), with_kwargs=True
+            lambda m, args, kwargs: inputs.__setitem__(id(m), (args, kwargs)), with_kwargs=True
         )
         for ms in model.attention_modules().values()
         for m in ms
@@ -110,7 +110,7 @@ def test_weights_equal_softmax_of_q_k_recomputed_by_hand():
 
         for kind, modules in model.attention_modules().items():
             for layer, m in enumerate(modules):
-                x, mask = inputs[id(m)]
+                (x, mask), kwargs = inputs[id(m)]
                 if kind == "cross":
                     q = heads(m.w_q(x))
                     k = heads(m.w_kv(memory)[..., : model.cfg.d_model])
@@ -119,6 +119,9 @@ def test_weights_equal_softmax_of_q_k_recomputed_by_hand():
                 scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
                 if mask is not None:
                     scores = scores + mask
+                if kwargs.get("causal"):  # the decoder's square causal mask, written out here
+                    future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+                    scores = scores.masked_fill(future, float("-inf"))
                 expected = scores.softmax(dim=-1)[0]  # (h, T, S)
                 torch.testing.assert_close(w[kind][layer], expected, atol=1e-6, rtol=1e-5)
 

@@ -77,7 +77,7 @@ def test_embedding_dropout_is_active_in_training_only(tiny_cfg):
 
 def test_feed_forward_is_relu_of_first_layer_then_second_layer():
     torch.manual_seed(3)
-    ffn = FeedForward(4, 16, dropout=0.0).eval()
+    ffn = FeedForward(4, 16).eval()
     x = torch.randn(2, 3, 4)
     W1, b1 = ffn.w_1.weight.detach(), ffn.w_1.bias.detach()
     W2, b2 = ffn.w_2.weight.detach(), ffn.w_2.bias.detach()

@@ -82,6 +82,7 @@ class MultiHeadAttention(nn.Module):
         kv: tuple[Tensor, Tensor] | None = None,
         cache: tuple[Tensor, Tensor] | None = None,
         start: int = 0,
+        causal: bool = False,
     ) -> Tensor:
         """Attend from x (B, T, d) and return (B, T, d).
 
@@ -90,6 +91,7 @@ class MultiHeadAttention(nn.Module):
         to slots ``0 .. start+T``. Cross-attention takes the memory's projected ``kv``; if kv holds
         B' sentences and x holds B = n * B' rows (n beams per sentence, sentence-major), the n
         beams become extra query rows of their sentence, so K, V are never copied per beam.
+        ``causal``: the square causal mask of a decoder pass from position 0, left to the kernel.
         """
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's K, V"
@@ -112,9 +114,11 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             mask = mask.to(q.dtype)
         if self.record_weights:
+            if causal:  # the mask the fused kernel applies by itself (T == S)
+                mask = causal_mask(T, q.device).to(q.dtype)
             out, self.weights = attention(q, k, v, mask)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B', h, nT, d_k)
+        else:  # is_causal lets the kernel skip the masked blocks instead of adding -inf
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if n > 1:
             out = out.view(-1, h, n, T, d_k).transpose(1, 2).reshape(B, h, T, d_k)  # (B, h, T, d_k)
             if self.weights is not None and self.record_weights:

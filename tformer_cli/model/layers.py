@@ -51,17 +51,15 @@ class Embeddings(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3)."""
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3). Dropout is applied to its output by
+    ``Residual``, as the paper does for every sublayer, not inside it."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(
-            self.dropout(torch.relu(self.w_1(x)))
-        )  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
+        return self.w_2(torch.relu(self.w_1(x)))  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
 
 
 class Residual(nn.Module):
@@ -92,7 +90,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -109,7 +107,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
@@ -122,8 +120,12 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         cache: tuple[Tensor, Tensor] | None = None,
         start: int = 0,
+        causal: bool = False,
     ) -> Tensor:
-        """y (B, T, d) -> (B, T, d); ``cache``/``start`` as in ``MultiHeadAttention.forward``."""
-        y = self.res_self(y, lambda y: self.self_attn(y, tgt_mask, cache=cache, start=start))
+        """y (B, T, d) -> (B, T, d); ``cache``, ``start``, ``causal`` as in
+        ``MultiHeadAttention.forward``."""
+        y = self.res_self(
+            y, lambda y: self.self_attn(y, tgt_mask, cache=cache, start=start, causal=causal)
+        )
         y = self.res_cross(y, lambda y: self.cross_attn(y, src_mask, kv=memory_kv))
         return self.res_ffn(y, self.ffn)

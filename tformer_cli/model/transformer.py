@@ -95,15 +95,17 @@ class Transformer(nn.Module):
         T = y.size(1)
         start = 0 if cache is None else cache.length
         x = self.tgt_embed(y, start)  # (B, T, d)
-        tgt_mask = causal_mask(start + T, y.device)[start:] if T > 1 else None  # (T, start+T)
+        causal = start == 0 and T > 1  # a square causal mask: the attention kernel's own
+        tgt_mask = causal_mask(start + T, y.device)[start:] if T > 1 and not causal else None
         for i, layer in enumerate(self.decoder):
             if cache is None:
                 assert memory is not None and src_mask is not None
-                x = layer(x, tgt_mask, layer.cross_attn.project_kv(memory), src_mask)
+                kv = layer.cross_attn.project_kv(memory)
+                x = layer(x, tgt_mask, kv, src_mask, causal=causal)
             else:
                 kv = (cache.cross_k[i], cache.cross_v[i])
                 self_cache = (cache.self_k[i], cache.self_v[i])
-                x = layer(x, tgt_mask, kv, cache.src_mask, cache=self_cache, start=start)
+                x = layer(x, tgt_mask, kv, cache.src_mask, self_cache, start, causal)
         if cache is not None:
             cache.length += T
         return self.generator(self.decoder_norm(x))  # (B, T, d) -> (B, T, V)
