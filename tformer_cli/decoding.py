@@ -81,8 +81,8 @@ def greedy_search(
     for t in range(T_max):
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
         logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b, V)
-        best = logp.argmax(dim=-1)  # (b,)
-        logprob[alive] += logp.gather(1, best[:, None]).squeeze(1)
+        best_logp, best = logp.max(dim=-1)  # (b,), (b,): value and index in one pass
+        logprob[alive] += best_logp
         y[:, t + 1] = best
         done = (best == EOS_ID) | (limits[alive] <= t + 1)
         if not done.any():

@@ -1,0 +1,341 @@
+"""Decoding throughput: tokens/s and sentences/s, measured side by side in one run.
+
+Greedy and beam 5 at batch 1 (several sentences, one at a time) and batch 32, with and without
+our KV cache, against Hugging Face ``generate()`` on a ``MarianMTModel`` of equal dimensions
+and against CTranslate2 (that model converted) when the ``bench`` extra is installed. Every
+system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until then
+(our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
+``min_decoding_length``), so all do the same work on random weights. Our cached and uncached
+runs share one model. CTranslate2 runs in a worker process of its own (its OpenMP runtime
+slows torch's down when both live in one process). Rounds are interleaved; each figure is the
+median over rounds. Multi-threaded timings collapse when other jobs share the cores: the header
+says how busy they were; ``--threads 1`` is the steadier comparison on a shared machine.
+
+    python benchmarks/bench_decode.py              # full table, about 2-3 minutes on 2 cores
+    python benchmarks/bench_decode.py --threads 1  # the same, one thread per system
+    python benchmarks/bench_decode.py --quick      # one round, 2 sentences at batch 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tformer_cli.batching import pad
+from tformer_cli.config import DecodeConfig, ModelConfig
+from tformer_cli.decoding import search
+from tformer_cli.device import setup_threads
+from tformer_cli.model import Transformer
+from tformer_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+Run = Callable[[Tensor, int, int], list[int]]  # (src (B, S), beam, length) -> generated lengths
+
+
+@dataclass(frozen=True)
+class Setting:
+    beam: int
+    batch: int
+
+    @property
+    def label(self) -> str:
+        search_ = "greedy" if self.beam == 1 else f"beam {self.beam}"
+        return f"{search_}, batch {self.batch}"
+
+
+@dataclass
+class System:
+    name: str
+    run: Run
+    greedy_only: bool = False  # skip beam settings (the uncached path under --quick)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def busy_cores(seconds: float = 0.5) -> float:
+    """Cores kept busy by other processes while this one sleeps ``seconds`` (Linux; else 0)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="utf-8") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # busy (not idle, iowait), total
+
+    try:
+        busy0, total0 = sample()
+        time.sleep(seconds)
+        busy1, total1 = sample()
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+
+
+def random_sources(n: int, vocab: int, seed: int) -> list[list[int]]:
+    """n random sentences of 16-24 ordinary tokens, each followed by ``</s>``."""
+    rng = random.Random(seed)
+    return [
+        [rng.randrange(4, vocab) for _ in range(rng.randint(16, 24))] + [EOS_ID] for _ in range(n)
+    ]
+
+
+def tformer_run(model: Transformer, use_cache: bool) -> Run:
+    """Our real search path, with ``min_len = max_len`` so that every sentence is full length."""
+
+    def run(src: Tensor, beam: int, length: int) -> list[int]:
+        cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
+        return [len(nbest[0].tokens) for nbest in search(model, src, cfg, use_cache)]
+
+    return run
+
+
+def marian(cfg: ModelConfig) -> Any | None:
+    """Hugging Face MarianMTModel with our dimensions (post-LN, ReLU, tied, sinusoidal)."""
+    try:
+        import transformers
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    hf_cfg = MarianConfig(
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.h,
+        decoder_attention_heads=cfg.h, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+        activation_function="relu", max_position_embeddings=cfg.max_positions,
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )  # fmt: skip
+    return MarianMTModel(hf_cfg).eval()
+
+
+def hf_run(model: Any) -> Run:
+    """``generate()`` with the cache; ``min_new_tokens`` forbids ``</s>`` until ``length``."""
+
+    def run(src: Tensor, beam: int, length: int) -> list[int]:
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False,
+                max_new_tokens=length, min_new_tokens=length, use_cache=True,
+            )  # fmt: skip
+        # out: (B, 1 + generated), the decoder start token first; no row may have ended early
+        assert not (out[:, 1:] == EOS_ID).any(), "Hugging Face generated </s> before min length"
+        return [out.size(1) - 1] * out.size(0)
+
+    return run
+
+
+def ctranslate2_run(model: Any, threads: int, workdir: str) -> Run | str:
+    """CTranslate2 on the converted Marian model, or the reason it cannot be measured."""
+    try:
+        from ctranslate2.converters import Converter
+        from ctranslate2.converters.transformers import BartLoader, MarianMTLoader
+    except ImportError:
+        return "not installed (pip install -e '.[bench]')"
+    vocab = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, model.config.vocab_size)]
+    assert [vocab[i] for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)] == ["<pad>", "<unk>", "<s>", "</s>"]
+
+    class Tokenizer:  # what the loader reads from a tokenizer; no sentencepiece files needed
+        eos_token, unk_token = "</s>", "<unk>"
+
+        def get_vocab(self) -> dict[str, int]:
+            return {token: i for i, token in enumerate(vocab)}
+
+    class Loader(MarianMTLoader):
+        def get_model_spec(self, model: Any) -> Any:
+            # Marian's own <pad> is the last id and gets dropped; ours is id 0: keep every row.
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return BartLoader.get_model_spec(self, model)
+
+    class InMemory(Converter):
+        def _load(self) -> Any:
+            return Loader()(model, Tokenizer())
+
+    try:
+        path = InMemory().convert(os.path.join(workdir, "ct2"))
+    except Exception as e:  # any converter failure is the reason to report
+        return f"conversion failed ({type(e).__name__}: {e})"
+    ctx = multiprocessing.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    worker = ctx.Process(target=ctranslate2_worker, args=(path, threads, child_conn), daemon=True)
+    worker.start()  # a daemon: it ends with the benchmark
+    ready = conn.recv()  # "ready" once the model is loaded, else why not
+    if ready != "ready":
+        return f"the worker could not load it ({ready})"
+
+    def run(src: Tensor, beam: int, length: int) -> list[int]:
+        conn.send(([[vocab[i] for i in row if i != PAD_ID] for row in src.tolist()], beam, length))
+        return conn.recv()
+
+    return run
+
+
+def ctranslate2_worker(path: str, threads: int, conn: Connection) -> None:
+    """Serve ``translate_batch`` calls from a process of its own.
+
+    CTranslate2 bundles its own OpenMP runtime; once it has run in the benchmark's process,
+    torch's 2-thread ops there were up to 3x slower (measured), so it runs apart. The pipe
+    round trip it adds to each timed call is well under a millisecond.
+    """
+    try:
+        import ctranslate2
+
+        translator = ctranslate2.Translator(
+            path, device="cpu", compute_type="float32", inter_threads=1, intra_threads=threads
+        )
+    except Exception as e:  # tell the benchmark why, rather than leave it waiting
+        conn.send(f"{type(e).__name__}: {e}")
+        return
+    conn.send("ready")
+    while True:
+        try:
+            tokens, beam, length = conn.recv()
+        except EOFError:  # the benchmark has ended
+            return
+        results = translator.translate_batch(
+            tokens, beam_size=beam, max_batch_size=0, max_decoding_length=length,
+            min_decoding_length=length, return_scores=False,
+        )  # fmt: skip
+        conn.send([len(r.hypotheses[0]) for r in results])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 2 sentences at batch 1")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--sentences", type=int, default=4, help="sentences timed at batch 1")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--length", type=int, default=64, help="tokens generated per sentence")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--threads", type=int, default=0, help="0: every core (setup_threads)")
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate()")
+    parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.sentences = 1, 2
+    setup_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    busy_before, started = busy_cores(), time.perf_counter()
+
+    cfg = ModelConfig(
+        vocab_size=args.vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=3,
+        n_decoder_layers=3, dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    systems = [
+        System("tformer, cache", tformer_run(model, use_cache=True)),
+        System("tformer, no cache", tformer_run(model, use_cache=False), greedy_only=args.quick),
+    ]
+    versions, notes = [f"torch {torch.__version__}"], []
+    hf = None if args.no_hf and args.no_ct2 else marian(cfg)  # CTranslate2 converts it
+    if hf is not None:
+        import transformers
+
+        versions.append(f"transformers {transformers.__version__}")
+        if not args.no_hf:
+            systems.append(System("HF generate()", hf_run(hf)))
+    elif not (args.no_hf and args.no_ct2):
+        notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
+    workdir = tempfile.TemporaryDirectory()
+    if hf is not None and not args.no_ct2:
+        ct2 = ctranslate2_run(hf, threads, workdir.name)
+        if isinstance(ct2, str):
+            notes.append(f"CTranslate2: not measured ({ct2})")
+        else:
+            import ctranslate2
+
+            versions.append(f"ctranslate2 {ctranslate2.__version__}")
+            systems.append(System("CTranslate2", ct2))
+
+    sources = random_sources(max(args.batch, args.sentences), args.vocab, seed=0)
+    settings = [Setting(b, n) for b in (1, args.beam) for n in (1, args.batch)]
+    work = {  # each setting's batches (B, S): sentences one at a time, or one padded batch
+        s: [pad([x]) for x in sources[: args.sentences]]
+        if s.batch == 1
+        else [pad(sources[: args.batch])]
+        for s in settings
+    }
+    n_sent = {s: sum(b.size(0) for b in work[s]) for s in settings}
+    timed = {s: [m for m in systems if s.beam == 1 or not m.greedy_only] for s in settings}
+
+    for s, here in timed.items():  # warm-up: short outputs, every batch shape once
+        for m in here:
+            m.run(work[s][0], s.beam, 4)
+    seconds: dict[tuple[Setting, str], list[float]] = {}
+    for r in range(args.rounds):
+        for s, here in timed.items():
+            for m in here[r % len(here) :] + here[: r % len(here)]:  # rotate the order per round
+                t = time.perf_counter()
+                lengths = [n for src in work[s] for n in m.run(src, s.beam, args.length)]
+                seconds.setdefault((s, m.name), []).append(time.perf_counter() - t)
+                if lengths != [args.length] * n_sent[s]:
+                    raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
+
+    seconds_all, busy_after = time.perf_counter() - started, busy_cores()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"# {cpu_name()}, {cores} cores, torch and CTranslate2 threads: {threads}; other jobs"
+          f" kept {busy_before:.2f} cores busy before, {busy_after:.2f} after;"
+          f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    if threads > 1 and max(busy_before, busy_after) > 0.25:
+        print("# warning: other jobs were running; multi-threaded timings suffer most from them"
+              " (compare --threads 1)")  # fmt: skip
+    print(f"# {', '.join(versions)}")
+    print(f"# model {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d={cfg.d_model},"
+          f" h={cfg.h}, FFN {cfg.d_ff}, vocab {cfg.vocab_size}, fp32, random weights;"
+          f" sources 16-24 tokens + </s>")  # fmt: skip
+    print(f"# {args.length} tokens generated per sentence by every system; batch 1:"
+          f" {args.sentences} sentences one at a time; rounds: {args.rounds} (median)")  # fmt: skip
+    for note in notes:
+        print(f"# {note}")
+    print()
+    print("| setting | system | tok/s | sent/s | vs HF generate | cache / no cache |")
+    print("|---|---|---:|---:|---:|---:|")
+    median = {key: statistics.median(v) for key, v in seconds.items()}
+    for s in settings:
+        hf_t = median.get((s, "HF generate()"))
+        nocache_t = median.get((s, "tformer, no cache"))
+        for m in systems:
+            if (s, m.name) not in median:
+                continue
+            t = median[(s, m.name)]
+            vs_hf = f"{hf_t / t:.2f}x" if hf_t else "-"
+            speedup = f"{nocache_t / t:.1f}x" if m.name == "tformer, cache" and nocache_t else "-"
+            print(f"| {s.label} | {m.name} | {n_sent[s] * args.length / t:,.0f}"
+                  f" | {n_sent[s] / t:,.1f} | {vs_hf} | {speedup} |")  # fmt: skip
+    if any(m.name == "CTranslate2" for m in systems):
+        ratios = ", ".join(
+            f"{s.label}: {median[(s, 'CTranslate2')] / median[(s, 'tformer, cache')]:.2f}x"
+            for s in settings
+        )
+        print(f"\ntformer (cache) throughput / CTranslate2: {ratios}")
+    print(f"\n# {seconds_all:.0f} s in all")
+    workdir.cleanup()
+
+
+if __name__ == "__main__":
+    main()
