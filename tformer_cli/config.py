@@ -29,7 +29,7 @@ class ModelConfig:
     d_ff: int = 512
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
-    dropout: float = 0.1
+    dropout: float = 0.2
     positional: Positional = "sinusoidal"
     norm: Norm = "post"
     tie_embeddings: bool = True
