@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_failing_writer_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
         tmp.write_bytes(before[: len(before) // 2])
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(TformerError, match=r"cannot write .*model\.pt: disk full"):
         atomic_write(target, half_then_fail)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
@@ -221,3 +222,11 @@ def test_load_run_with_a_model_pt_that_is_not_a_state_dict_raises_tformer_error(
     torch.save(torch.zeros(3), run_dir / "model.pt")
     with pytest.raises(TformerError):
         load_run(run_dir, device="cpu", precision="fp32")
+
+
+def test_atomic_write_to_an_unwritable_place_names_the_target(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    target = blocker / "sub" / "out.txt"  # a folder cannot be made inside a file
+    with pytest.raises(TformerError, match=re.escape(f"cannot write {target}")):
+        atomic_write_text(target, "hello")

@@ -15,7 +15,13 @@ from tformer_cli.batching import make_batch
 from tformer_cli.checkpoint import RunConfig, load_state
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.training import Trainer, label_smoothed_loss, lr_at, new_run_dir
+from tformer_cli.training import (
+    Trainer,
+    label_smoothed_loss,
+    lr_at,
+    new_run_dir,
+    stop_on_interrupt,
+)
 
 
 # ---------------------------------------------------------------------------- schedule
@@ -157,3 +163,15 @@ def test_new_run_dir_refuses_to_overwrite_a_trained_run(tmp_path):
     with pytest.raises(TformerError, match="--resume"):
         new_run_dir(tmp_path, "x", "toy")
     assert new_run_dir(tmp_path, None, "data/my-corpus").name.startswith("my-corpus-")
+
+
+def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():
+    import os
+    import signal
+
+    with stop_on_interrupt() as flag:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag == [True]  # the loop finishes its update and saves last.pt
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

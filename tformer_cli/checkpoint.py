@@ -34,8 +34,11 @@ FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 
 def atomic_write(path: Path, write: Any) -> None:
     """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
     os.close(fd)
     try:
         write(Path(tmp))
@@ -43,8 +46,10 @@ def atomic_write(path: Path, write: Any) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
         raise
 
 

@@ -50,6 +50,12 @@ def friendly_errors(fn: F) -> F:
                 raise
             err.print(f"[bold red]Error:[/] {e}", markup=True, highlight=False)
             raise typer.Exit(1) from None
+        except OSError as e:  # a file we were told to read or write: name it, no traceback
+            if os.environ.get("TFORMER_DEBUG"):
+                raise
+            where = f" ({e.filename})" if e.filename else ""
+            err.print(f"[bold red]Error:[/] {e.strerror or e}{where}", markup=True, highlight=False)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None

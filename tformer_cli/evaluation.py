@@ -109,9 +109,9 @@ class EvalConfig:
     """How the report is computed. ``noise`` lists the prefix-noise levels besides ``q = 0``."""
 
     beam: int = 5
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
+    alpha: float = DecodeConfig.alpha  # the search settings' defaults are translate's
+    max_len_a: float = DecodeConfig.max_len_a
+    max_len_b: int = DecodeConfig.max_len_b
     seed: int = 1234
     noise: tuple[float, ...] = (0.1, 0.25)
     max_tokens: int = 4096
