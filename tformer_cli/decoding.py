@@ -55,7 +55,9 @@ def next_logprobs(
     but the other log-probabilities stay the model's own (no renormalisation), so scores equal
     a teacher-forced pass's."""
     logp = model.decode(y, memory, src_mask, cache)[:, -1].float().log_softmax(dim=-1)  # (b, V)
-    logp[:, [PAD_ID, BOS_ID] if allow_eos else [PAD_ID, BOS_ID, EOS_ID]] = float("-inf")
+    logp[:, PAD_ID] = logp[:, BOS_ID] = float("-inf")
+    if not allow_eos:
+        logp[:, EOS_ID] = float("-inf")
     return logp
 
 

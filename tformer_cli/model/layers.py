@@ -47,7 +47,8 @@ class Embeddings(nn.Module):
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B, T) at positions start .. start+T -> (B, T, d_model)."""
         pe = self.positions[start : start + tokens.size(1)]  # (T, d_model)
-        return self.dropout(self.tokens(tokens) * self.scale + pe)
+        x = self.tokens(tokens) * self.scale + pe
+        return self.dropout(x) if self.training else x  # skip the no-op call when decoding
 
 
 class FeedForward(nn.Module):
@@ -79,8 +80,11 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + self.drop(sublayer(self.norm(x)))
+        return self.norm(x + self.drop(sublayer(x)))
+
+    def drop(self, x: Tensor) -> Tensor:
+        return self.dropout(x) if self.training else x  # skip the no-op call when decoding
 
 
 class EncoderLayer(nn.Module):

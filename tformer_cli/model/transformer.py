@@ -29,20 +29,23 @@ class DecoderCache:
     cross_v: Tensor  # (L, B', h, S, d_k)
     src_mask: Tensor  # (B', 1, 1, S)
     length: int = 0
+    spare: tuple[Tensor, Tensor] | None = None  # buffers of self_k's shape for ``select``
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep or reorder decoder ``rows`` (index into B) and memory ``sentences`` (into B').
 
-        A pure reorder (beam search, same row count) copies only the ``length`` filled slots,
-        in place; dropping rows (finished sentences leave) makes smaller buffers.
+        The ``length`` filled slots of the chosen rows are gathered in one copy into spare
+        buffers, which then swap places with the current ones (beam search reorders every step).
         """
-        if rows.numel() == self.self_k.size(1):
-            t = self.length
-            self.self_k[:, :, :, :t] = self.self_k[:, rows, :, :t]
-            self.self_v[:, :, :, :t] = self.self_v[:, rows, :, :t]
-        else:
-            self.self_k = self.self_k.index_select(1, rows)
-            self.self_v = self.self_v.index_select(1, rows)
+        t, (L, B, h, T_max, d_k) = self.length, self.self_k.shape
+        if self.spare is None or rows.numel() != B:  # first reorder, or rows leave: new buffers
+            shape = (L, rows.numel(), h, T_max, d_k)
+            self.spare = (self.self_k.new_empty(shape), self.self_v.new_empty(shape))
+        spare_k, spare_v = self.spare
+        torch.index_select(self.self_k[..., :t, :], 1, rows, out=spare_k[..., :t, :])
+        torch.index_select(self.self_v[..., :t, :], 1, rows, out=spare_v[..., :t, :])
+        self.spare = (self.self_k, self.self_v) if rows.numel() == B else None
+        self.self_k, self.self_v = spare_k, spare_v
         if sentences is not None:
             self.cross_k = self.cross_k.index_select(1, sentences)
             self.cross_v = self.cross_v.index_select(1, sentences)
