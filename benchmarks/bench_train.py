@@ -25,8 +25,9 @@ from torch import nn
 from tformer_cli.batching import Batch, make_batch
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.device import autocast, cpu_has_fast_bf16, setup_threads
+from tformer_cli.loss import label_smoothed_loss
 from tformer_cli.model import Transformer
-from tformer_cli.training import label_smoothed_loss, make_optimizer, train_step
+from tformer_cli.training import make_optimizer, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -118,7 +119,9 @@ def marian_system(cfg: ModelConfig) -> System | None:
             logits = model(
                 input_ids=b.src, attention_mask=b.src != 0, decoder_input_ids=b.tgt_in
             ).logits  # (B, T, V)
-        loss = label_smoothed_loss(logits, b.tgt_out, train_cfg.label_smoothing) / b.n_tgt_tokens
+        real = b.tgt_out != 0  # the same loss as ours, on the real positions
+        loss = label_smoothed_loss(logits[real], b.tgt_out[real], train_cfg.label_smoothing)
+        loss = loss / b.n_tgt_tokens
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
         optimizer.step()

@@ -8,7 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_cli.model.layers import Embeddings, FeedForward, Residual, sinusoidal_positions
+from tformer_cli.model.layers import (
+    Embeddings,
+    FeedForward,
+    Residual,
+    dropout,
+    sinusoidal_positions,
+)
 
 
 def pe_by_hand(max_len: int, d: int) -> torch.Tensor:
@@ -102,3 +108,27 @@ def test_pre_norm_residual_is_x_plus_sublayer_of_layer_norm():
     sub = torch.nn.Linear(6, 6)
     expected = x + sub(F.layer_norm(x, (6,)))
     assert torch.allclose(res(x, sub), expected, atol=1e-6)
+
+
+def test_dropout_zeroes_a_fraction_p_and_scales_the_rest():
+    torch.manual_seed(0)
+    x = torch.ones(200, 500)
+    y = dropout(x, 0.3, training=True)
+    kept = y != 0
+    assert float(kept.float().mean()) == pytest.approx(0.7, abs=0.005)
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.7))
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+
+
+def test_dropout_gradient_is_the_same_mask_and_scale():
+    torch.manual_seed(1)
+    x = torch.randn(64, 32, requires_grad=True)
+    y = dropout(x, 0.5, training=True)
+    y.sum().backward()
+    assert x.grad is not None
+    assert torch.equal(x.grad, (y != 0).float() * 2.0)  # d/dx of x * mask / (1 - p)
+
+
+def test_dropout_keeps_bf16_under_autocast():
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    assert dropout(x, 0.1, training=True).dtype == torch.bfloat16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 from functools import cache
@@ -74,14 +75,32 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def reuse_freed_memory() -> None:
+    """Make glibc keep freed memory for the next allocation instead of returning it to the OS.
+
+    By default each block over 32 MB (a batch's logits: tokens x V floats) is mmap'ed afresh
+    and its pages faulted in on first touch; on this project's 2-core CPU that made every pass
+    over such a tensor 2-3x slower (training 10-15% slower). A no-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+    libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)  # heap-allocate blocks up to 1 GiB
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # and keep up to 1 GiB of free heap
+
+
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
-    with other work, fewer threads than cores avoid OpenMP threads spinning against each other."""
+    with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
+    Also ``reuse_freed_memory()``."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     wanted = os.environ.get("TFORMER_THREADS", "")
     if wanted and not wanted.isdigit():
         raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
     torch.set_num_threads(max(1, int(wanted) if wanted else cores or 1))
+    reuse_freed_memory()
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

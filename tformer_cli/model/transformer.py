@@ -86,8 +86,10 @@ class Transformer(nn.Module):
         memory: Tensor | None,
         src_mask: Tensor | None,
         cache: DecoderCache | None = None,
+        at: Tensor | None = None,
     ) -> Tensor:
-        """Next-token logits for each position of the decoder input y (B, T): (B, T, V).
+        """Next-token logits for each position of the decoder input y (B, T): (B, T, V), or
+        (N, V) for the N positions where ``at`` (B, T) is True (training skips the padding).
 
         Without a cache, y is the whole prefix ``<s> y_1 .. y_{T-1}`` and ``memory``/``src_mask``
         come from ``encode``. With a cache, y holds the next tokens at positions
@@ -111,12 +113,14 @@ class Transformer(nn.Module):
                 x = layer(x, tgt_mask, kv, cache.src_mask, self_cache, start, causal)
         if cache is not None:
             cache.length += T
-        return self.generator(self.decoder_norm(x))  # (B, T, d) -> (B, T, V)
+        x = self.decoder_norm(x)
+        return self.generator(x if at is None else x[at])  # (B, T, d) -> (B, T, V) or (N, V)
 
-    def forward(self, src: Tensor, y: Tensor) -> Tensor:
-        """Teacher forcing: logits (B, T, V) for decoder input y (B, T) given src (B, S)."""
+    def forward(self, src: Tensor, y: Tensor, at: Tensor | None = None) -> Tensor:
+        """Teacher forcing: logits (B, T, V) for decoder input y (B, T) given src (B, S);
+        (N, V) at the positions where ``at`` (B, T) is True."""
         memory, src_mask = self.encode(src)
-        return self.decode(y, memory, src_mask)
+        return self.decode(y, memory, src_mask, at=at)
 
     def init_cache(
         self, memory: Tensor, src_mask: Tensor, max_len: int, beams: int = 1
