@@ -17,10 +17,14 @@ from tformer_cli.checkpoint import (
     atomic_torch_save,
     atomic_write,
     atomic_write_text,
+    average_run,
+    average_state_dicts,
+    checkpoint_paths,
     latest_run,
     load_run,
     load_state,
     resolve_run,
+    save_checkpoint,
 )
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.decoding import translate_ids
@@ -230,3 +234,44 @@ def test_atomic_write_to_an_unwritable_place_names_the_target(tmp_path):
     target = blocker / "sub" / "out.txt"  # a folder cannot be made inside a file
     with pytest.raises(TformerError, match=re.escape(f"cannot write {target}")):
         atomic_write_text(target, "hello")
+
+
+# ---------------------------------------------------------------------------- averaging
+def test_averaging_two_state_dicts_gives_their_mean_in_each_dtype():
+    a = {"w": torch.tensor([1.0, 2.0]), "h": torch.tensor([1.0, 3.0], dtype=torch.bfloat16)}
+    b = {"w": torch.tensor([3.0, -2.0]), "h": torch.tensor([2.0, 5.0], dtype=torch.bfloat16)}
+    mean = average_state_dicts([a, b])
+    assert torch.equal(mean["w"], torch.tensor([2.0, 0.0]))
+    assert torch.equal(mean["h"], torch.tensor([1.5, 4.0], dtype=torch.bfloat16))
+    assert torch.equal(a["w"], torch.tensor([1.0, 2.0]))  # the inputs are left alone
+
+
+def test_averaging_state_dicts_of_other_parameters_is_an_error():
+    a = {"w": torch.zeros(2)}
+    with pytest.raises(TformerError, match="different parameters"):
+        average_state_dicts([a, {"v": torch.zeros(2)}])
+    with pytest.raises(TformerError, match="shape of w"):
+        average_state_dicts([a, {"w": torch.zeros(3)}])
+
+
+def test_save_checkpoint_keeps_the_newest_in_step_order(tmp_path):
+    for step in (250, 999_750, 500, 1_000_000):
+        save_checkpoint(tmp_path, step, {"w": torch.full((1,), float(step))}, keep=3)
+    names = [p.name for p in checkpoint_paths(tmp_path)]
+    assert names == ["step-000500.pt", "step-999750.pt", "step-1000000.pt"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == sorted(names)
+
+
+def test_average_run_writes_the_mean_of_the_newest_checkpoints(tmp_path):
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, {"w": torch.full((2,), float(step))}, keep=5)
+    paths, target = average_run(tmp_path, last=2)
+    assert [p.name for p in paths] == ["step-000002.pt", "step-000003.pt"]
+    assert target == tmp_path / "averaged.pt"
+    assert torch.equal(load_state(target)["w"], torch.full((2,), 2.5))
+
+
+def test_average_run_needs_two_checkpoints(tmp_path):
+    save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)}, keep=5)
+    with pytest.raises(TformerError, match=r"1 checkpoint.*at least 2"):
+        average_run(tmp_path, last=5)

@@ -4,6 +4,7 @@ translation from a run folder."""
 from __future__ import annotations
 
 import pytest
+import torch
 import typer
 from typer.testing import CliRunner
 
@@ -148,6 +149,12 @@ def test_train_with_missing_data_leaves_no_run_folder(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
+def test_train_with_an_unknown_tokenizer_kind_leaves_no_run_folder(tmp_path):
+    result = invoke("train", "--tokenizer", "nope", "--quiet")
+    assert_clean_error(result, "unknown tokenizer kind 'nope'")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_resume_without_last_pt_is_an_error(tmp_path):
     (tmp_path / "old").mkdir()
     result = invoke("train", "--resume", str(tmp_path / "old"), "--quiet")
@@ -179,3 +186,66 @@ def test_translate_reads_a_file_and_the_newest_run_by_default(tmp_path, make_run
     result = invoke("translate", "--file", "in.txt", "--device", "cpu", "--max-len-b", "2")
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 2
+
+
+# ---------------------------------------------------------------------------- average
+def test_average_writes_the_mean_of_the_newest_checkpoints(tmp_path, make_run):
+    from tformer_cli.checkpoint import load_state, save_checkpoint
+
+    run_dir, model = make_run(tmp_path / "run")
+    states = [{k: v + step for k, v in model.state_dict().items()} for step in (0, 1, 2)]
+    for step, state in enumerate(states, start=1):
+        save_checkpoint(run_dir, 250 * step, state, keep=5)
+    result = invoke("average", str(run_dir), "--last", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        f"averaged 2 checkpoints (step-000500 to step-000750) -> {run_dir / 'averaged.pt'}"
+    )
+    averaged = load_state(run_dir / "averaged.pt")
+    for k, v in model.state_dict().items():
+        assert torch.allclose(averaged[k], v + 1.5, atol=1e-6), k
+    result = invoke("average", str(run_dir), "-o", str(tmp_path / "all.pt"))  # 3 of --last 5
+    assert result.exit_code == 0, result.output
+    averaged = load_state(tmp_path / "all.pt")
+    for k, v in model.state_dict().items():
+        assert torch.allclose(averaged[k], v + 1.0, atol=1e-6), k
+
+
+def test_average_of_a_missing_run_is_a_one_line_error(tmp_path):
+    result = invoke("average", str(long_missing_folder(tmp_path)))
+    assert_clean_error(result, "does not exist")
+    assert len(error_lines(result)) == 1
+
+
+def test_average_of_a_run_without_checkpoints_is_a_one_line_error(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    result = invoke("average", str(run_dir))
+    assert_clean_error(result, "0 checkpoint(s)", "--average")
+    assert len(error_lines(result)) == 1
+
+
+# ---------------------------------------------------------------------------- --data errors
+def write_plain(folder, stem: str, lines: dict[str, list[str]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, text in lines.items():
+        (folder / f"{stem}.{lang}").write_text("".join(f"{t}\n" for t in text), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [("no train split", "no train split"), ("missing target file", "val.en: no such file"),
+     ("line counts", "val.de has 2 lines but"), ("unknown language", "no language 'cs'")],
+)  # fmt: skip
+def test_train_with_bad_plain_data_is_a_one_line_error(tmp_path, case, fragment):
+    data = tmp_path / "data"
+    pairs = {"de": ["ein Hund", "eine Katze"] * 10, "en": ["a dog", "a cat"] * 10}
+    write_plain(data, "test" if case == "no train split" else "train", pairs)
+    if case == "missing target file":
+        write_plain(data, "val", {"de": ["ein Baum"]})
+    if case == "line counts":
+        write_plain(data, "val", {"de": ["ein Baum", "zwei"], "en": ["a tree"]})
+    tgt = "cs" if case == "unknown language" else "en"
+    result = invoke("train", "--data", str(data), "--src", "de", "--tgt", tgt, "--quiet")
+    assert_clean_error(result, fragment)
+    assert len(error_lines(result)) == 1
+    assert not (tmp_path / "runs").exists()

@@ -51,6 +51,12 @@ def test_train_config_refuses_non_positive_counts(field):
         TrainConfig(**{field: 0})
 
 
+@pytest.mark.parametrize("average", [-1, 1])
+def test_train_config_refuses_averaging_fewer_than_two_checkpoints(average):
+    with pytest.raises(TformerError, match="--average"):
+        TrainConfig(average=average)
+
+
 def test_model_config_needs_d_model_divisible_by_heads():
     with pytest.raises(TformerError, match="divisible"):
         ModelConfig(vocab_size=10, d_model=130, h=4)
@@ -72,7 +78,7 @@ def test_preset_values_apply_and_explicit_options_win(tmp_path, monkeypatch):
     model, train = captured["model"], captured["train"]
     assert (model.d_model, model.norm, model.dropout) == (256, "pre", 0.3)
     assert model.n_encoder_layers == model.n_decoder_layers == 1
-    assert (train.src_lang, train.tgt_lang, train.patience) == ("de", "en", 8)
+    assert (train.src_lang, train.tgt_lang, train.patience, train.average) == ("de", "en", 8, 5)
     assert json.dumps(train.lr) == "0.0007"
 
 

@@ -290,6 +290,31 @@ def test_mismatched_line_counts_name_both_files(tmp_path: Path) -> None:
     assert message == f"{tmp_path / 'train.de'} has 3 lines but {tmp_path / 'train.en'} has 2"
 
 
+def test_plain_folder_split_with_mismatched_line_counts_names_both_files(tmp_path: Path) -> None:
+    write_plain(tmp_path, "train", PAIRS["train"])
+    write(tmp_path / "val.de", "a\nb\n")
+    write(tmp_path / "val.en", "a\n")
+    message = error_of(str(tmp_path), src_lang="de", tgt_lang="en")
+    assert message == f"{tmp_path / 'val.de'} has 2 lines but {tmp_path / 'val.en'} has 1"
+
+
+def test_plain_folder_split_without_its_target_file_names_the_file(tmp_path: Path) -> None:
+    write_plain(tmp_path, "train", PAIRS["train"])
+    write(tmp_path / "test2016.de", "a\n")
+    message = error_of(str(tmp_path), src_lang="de", tgt_lang="en")
+    assert message == f"{tmp_path / 'test2016.en'}: no such file"
+
+
+@pytest.mark.parametrize("kind", ["plain", "tsv"])
+def test_folder_without_a_train_split_is_an_error(tmp_path: Path, kind: str) -> None:
+    if kind == "plain":
+        write_plain(tmp_path, "valid", PAIRS["valid"])
+    else:
+        write_tsv(tmp_path / "valid.tsv", PAIRS["valid"])
+    message = error_of(str(tmp_path), src_lang="de", tgt_lang="en")
+    assert message.startswith(f"{tmp_path}: no train split")
+
+
 def test_empty_source_in_plain_files_names_the_source_file_and_line(tmp_path: Path) -> None:
     write(tmp_path / "train.de", "a\n  \nc\n")
     write(tmp_path / "train.en", "a\nb\nc\n")

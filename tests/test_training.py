@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import io
 import json
-import math
 
 import pytest
 import torch
 from rich.console import Console
 
 from tformer_cli.batching import make_batch
-from tformer_cli.checkpoint import RunConfig, load_state
+from tformer_cli.checkpoint import RunConfig, average_state_dicts, checkpoint_paths, load_state
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.errors import TformerError
+from tformer_cli.loss import label_smoothed_loss
 from tformer_cli.training import (
     Trainer,
-    label_smoothed_loss,
     lr_at,
     new_run_dir,
     stop_on_interrupt,
@@ -50,33 +49,15 @@ def test_zero_warmup_is_refused_or_gives_a_finite_rate():
         assert 0 < lr_at(step, cfg) <= 1e-3
 
 
-# ---------------------------------------------------------------------------- loss
-def test_label_smoothed_loss_by_hand():
-    logits = torch.tensor([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4], [5.0, 5.0, 5.0, 5.0]]])
-    gold = torch.tensor([[2, 1, 0]])  # the last position is padding: ignored
-    eps, V = 0.1, 4
-    expected = 0.0
-    for t, g in ((0, 2), (1, 1)):
-        row = logits[0, t].tolist()
-        log_z = math.log(sum(math.exp(x) for x in row))
-        logp = [x - log_z for x in row]
-        expected += -(1 - eps) * logp[g] - eps / V * sum(logp)
-    assert float(label_smoothed_loss(logits, gold, eps)) == pytest.approx(expected, rel=1e-6)
-    # without smoothing: the summed negative log-likelihood of the gold tokens
-    nll = 0.0
-    for t, g in ((0, 2), (1, 1)):
-        row = logits[0, t].tolist()
-        nll += math.log(sum(math.exp(x) for x in row)) - row[g]
-    assert float(label_smoothed_loss(logits, gold, 0.0)) == pytest.approx(nll, rel=1e-6)
-
-
 def test_tiny_model_overfits_a_small_batch(tiny_model):
     model = tiny_model(seed=0).train()
     src = [[4, 5, 6, 7], [8, 9, 10], [11, 12, 13, 14, 15], [16, 17]]
     b = make_batch(src, [s[::-1] for s in src])
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     for _ in range(300):
-        loss = label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.0) / b.n_tgt_tokens
+        real = b.tgt_out != 0
+        logits = model(b.src, b.tgt_in, at=real)  # (N, V)
+        loss = label_smoothed_loss(logits, b.tgt_out[real], 0.0) / b.n_tgt_tokens
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -153,6 +134,40 @@ def test_resume_continues_bit_for_bit(tmp_path, tiny_corpus, single_thread_train
     for name in a:
         assert torch.equal(a[name], b[name]), name
     assert not all(torch.equal(a[name], halfway[name]) for name in a)  # 8 more steps happened
+
+
+@pytest.mark.parametrize(
+    ("average_bleu", "kept"), [(30.0, "average"), (25.0, "average"), (24.9, "best")]
+)
+def test_the_average_of_the_last_checkpoints_is_kept_only_if_it_validates_as_well_as_the_best(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch, average_bleu, kept
+):
+    """Validations at steps 4, 8, 12, 16 score 10, 25, 20, 15 (best: step 8), the average of
+    steps 8-16 scores ``average_bleu``; the test split is decoded once, after the choice."""
+    scores, splits = iter([10.0, 25.0, 20.0, 15.0, average_bleu]), []
+
+    def greedy_bleu(self, split, limit=None):
+        splits.append(split)
+        return next(scores) if split == "valid" else 1.0
+
+    monkeypatch.setattr(Trainer, "greedy_bleu", greedy_bleu)
+    run(tmp_path / "run", tiny_corpus, valid_every=4, average=3)
+    run_dir = tmp_path / "run"
+    paths = checkpoint_paths(run_dir)
+    assert [p.name for p in paths] == ["step-000008.pt", "step-000012.pt", "step-000016.pt"]
+    assert splits == ["valid"] * 5 + ["test"]
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "valid_bleu" in r] == [4, 8, 12, 16]
+    choice = next(r for r in records if "kept" in r)
+    assert choice["kept"] == kept and choice["average_bleu"] == average_bleu
+    assert (choice["best_bleu"], choice["best_step"]) == (25.0, 8)
+    model = load_state(run_dir / "model.pt")
+    expected = (
+        average_state_dicts(load_state(p) for p in paths)
+        if kept == "average"
+        else load_state(paths[0])
+    )
+    assert all(torch.equal(model[k], expected[k]) for k in expected)
 
 
 def test_new_run_dir_refuses_to_overwrite_a_trained_run(tmp_path):

@@ -6,6 +6,7 @@ runs/<name>/
   model.pt        best weights (state_dict only)
   last.pt         weights + optimizer + schedule + step + RNG states, for --resume
   log.jsonl       one JSON object per logged step / validation
+  checkpoints/    with --average N: the weights of the last N validations, step-NNNNNN.pt
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +110,61 @@ def load_state(path: Path) -> dict[str, Any]:
     except Exception as e:  # torch raises many types for truncated or foreign files
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({reason})") from None
+
+
+CHECKPOINTS = "checkpoints"
+_CHECKPOINT_NAME = re.compile(r"step-(\d+)\.pt")
+
+
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """The run's validation checkpoints ``checkpoints/step-NNNNNN.pt``, oldest first."""
+    found = [
+        (int(m[1]), p)
+        for p in (run_dir / CHECKPOINTS).glob("step-*.pt")
+        if (m := _CHECKPOINT_NAME.fullmatch(p.name))
+    ]
+    return [p for _, p in sorted(found)]
+
+
+def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> None:
+    """Write ``checkpoints/step-<step>.pt`` atomically, then delete all but the ``keep`` newest."""
+    atomic_torch_save(run_dir / CHECKPOINTS / f"step-{step:06d}.pt", state)
+    for old in checkpoint_paths(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of state dicts with equal keys and shapes, summed in fp32 (each
+    tensor keeps its dtype). Reads ``states`` one at a time: one model in memory, plus the sum."""
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    n = 0
+    for n, state in enumerate(states, start=1):
+        if n == 1:
+            total = {k: v.detach().to(torch.float32, copy=True) for k, v in state.items()}
+            dtypes = {k: v.dtype for k, v in state.items()}
+            continue
+        if state.keys() != total.keys():
+            raise TformerError("the checkpoints to average hold different parameters")
+        for k, v in state.items():
+            if v.shape != total[k].shape:
+                raise TformerError(f"the checkpoints to average differ in the shape of {k}")
+            total[k] += v.float()
+    return {k: (v / n).to(dtypes[k]) for k, v in total.items()}
+
+
+def average_run(run_dir: Path, last: int, output: Path | None = None) -> tuple[list[Path], Path]:
+    """Average the ``last`` newest checkpoints of a run into ``output`` (default
+    ``RUN/averaged.pt``), atomically. Returns the checkpoints averaged and the file written."""
+    paths = checkpoint_paths(resolve_run(run_dir))[-last:]
+    if len(paths) < 2:
+        raise TformerError(
+            f"{run_dir / CHECKPOINTS} holds {len(paths)} checkpoint(s); averaging needs at least 2"
+            " (train with --average N)"
+        )
+    target = output or run_dir / "averaged.pt"
+    atomic_torch_save(target, average_state_dicts(load_state(p) for p in paths))
+    return paths, target
 
 
 def latest_run(runs_dir: Path = RUNS_DIR) -> Path:

@@ -111,7 +111,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
     "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
     "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
-    "patience": ("train", "patience"), "seed": ("train", "seed"),
+    "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
     "precision": ("train", "precision"), "device": ("train", "device"),
     "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
     "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
@@ -170,6 +170,13 @@ def train(
     patience: Annotated[
         int, typer.Option(help="Early stop after N validations without gain (0: off).")
     ] = T.patience,
+    average: Annotated[
+        int,
+        typer.Option(
+            help="Keep the last N validation checkpoints; at the end their mean becomes model.pt"
+            " if it validates at least as well as the best one (0: off)."
+        ),
+    ] = T.average,
     scheduled_sampling: Annotated[
         str, typer.Option(help="Scheduled sampling: off, linear, exp or inverse-sigmoid.")
     ] = T.scheduled_sampling,
@@ -221,6 +228,28 @@ def train(
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
     out.print(f"run: {result.run_dir}")
+
+
+# ---------------------------------------------------------------------------- average
+@app.command("average")
+@friendly_errors
+def average_checkpoints(
+    run: Annotated[Path, typer.Argument(help="Run folder trained with --average N.")],
+    last: Annotated[int, typer.Option(min=2, help="Average the N newest checkpoints.")] = 5,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write the weights. Default: RUN/averaged.pt."
+        ),
+    ] = None,
+) -> None:
+    """Average the parameters of a run's newest validation checkpoints (element-wise, fp32)."""
+    from tformer_cli.checkpoint import average_run
+
+    paths, target = average_run(run, last, output)
+    out.print(
+        f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}"
+    )
 
 
 # ---------------------------------------------------------------------------- translate

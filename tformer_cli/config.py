@@ -66,6 +66,7 @@ class TrainConfig:
     valid_every: int = 250
     valid_bleu_size: int = 300
     patience: int = 0
+    average: int = 0  # keep the last N validation checkpoints, average them at the end (0: off)
     seed: int = 1234
     precision: str = "auto"
     device: str = "auto"
@@ -83,6 +84,8 @@ class TrainConfig:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
         if self.lr <= 0 or not 0 <= self.label_smoothing < 1:
             raise TformerError("--lr must be > 0 and --label-smoothing in [0, 1)")
+        if self.average < 0 or self.average == 1:
+            raise TformerError("--average must be 0 (off) or at least 2 checkpoints")
 
 
 @dataclass(frozen=True)

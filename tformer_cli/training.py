@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -16,18 +17,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from rich.console import Console
 
 from tformer_cli.batching import Batch, make_batch, padding_waste, token_batches
-from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_state
+from tformer_cli.checkpoint import (
+    RunConfig,
+    atomic_torch_save,
+    atomic_write,
+    average_state_dicts,
+    checkpoint_paths,
+    load_state,
+    save_checkpoint,
+)
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from tformer_cli.console import make_progress
 from tformer_cli.corpus import load_corpus
+from tformer_cli.data_cache import CACHE_DIR, DataCache
 from tformer_cli.decoding import translate_ids
 from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.evaluation import bleu, teacher_forced
+from tformer_cli.loss import label_smoothed_loss
 from tformer_cli.model import Transformer
 from tformer_cli.scheduled_sampling import (
     check_schedule,
@@ -35,14 +45,7 @@ from tformer_cli.scheduled_sampling import (
     model_predictions,
     teacher_forcing_prob,
 )
-from tformer_cli.tokenizer import (
-    PAD_ID,
-    decode,
-    encode,
-    load_tokenizer,
-    save_tokenizer,
-    train_tokenizer,
-)
+from tformer_cli.tokenizer import PAD_ID, decode, load_tokenizer
 
 LOG_EVERY = 25  # steps between log.jsonl lines
 
@@ -84,17 +87,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * min(step / cfg.warmup, math.sqrt(cfg.warmup / step))
 
 
-def label_smoothed_loss(logits: torch.Tensor, gold: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """Sum over real tokens of the cross-entropy against (1-eps) one-hot + eps uniform (5.4)."""
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(),  # (B*T, V)
-        gold.flatten(),  # (B*T,)
-        ignore_index=PAD_ID,
-        label_smoothing=smoothing,
-        reduction="sum",
-    )
-
-
 def train_step(
     model: Transformer,
     optimizer: torch.optim.Optimizer,
@@ -110,9 +102,10 @@ def train_step(
     n_tokens = sum(b.n_tgt_tokens for b in batches)
     total = 0.0
     for b, y in zip(batches, decoder_inputs, strict=True):
+        real = b.tgt_out != PAD_ID  # (B, T): the output layer runs on real positions only
         with autocast(device, dtype):
-            logits = model(b.src, y)  # (B, T, V)
-        loss = label_smoothed_loss(logits, b.tgt_out, cfg.label_smoothing) / n_tokens
+            logits = model(b.src, y, at=real)  # (N, V)
+        loss = label_smoothed_loss(logits, b.tgt_out[real], cfg.label_smoothing) / n_tokens
         loss.backward()
         total += loss.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
@@ -131,24 +124,36 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool
 ) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, train the run's tokenizer (reuse it on resume), encode every split.
+    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
+    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len.
 
-    The run folder is created only once the corpus has loaded, so bad data leaves nothing.
+    The run folder is created only once the corpus and the tokenizer are ready, so bad data or
+    bad tokenizer settings leave nothing.
     """
     corpus = load_corpus(cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, seed=cfg.seed)
+    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
     tok_path = run_dir / "tokenizer.json"
     if resume:
         tok = load_tokenizer(tok_path)
     else:
+        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
         run_dir.mkdir(parents=True, exist_ok=True)
-        train = corpus["train"]
-        tok = train_tokenizer([*train["src"], *train["tgt"]], cfg.vocab_size, cfg.tokenizer_kind)
-        save_tokenizer(tok, tok_path)
-        console.log(f"trained a {cfg.tokenizer_kind} tokenizer: {tok.get_vocab_size()} types")
+        atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
+        tok = load_tokenizer(tok_path)
+        how = (
+            f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
+            if hit
+            else f"trained a {cfg.tokenizer_kind} tokenizer"
+        )
+        console.log(f"{how}: {tok.get_vocab_size()} types")
+    encoded, entry, hit = cache.encoded(tok_path)
+    if hit:
+        n = sum(len(refs) for _, _, refs in encoded.values())
+        console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
+    else:
+        console.log(f"tokenized data: cached at {entry}")
     splits = {}
-    for name in ("train", "valid", "test"):
-        src, tgt = encode(tok, corpus[name]["src"]), encode(tok, corpus[name]["tgt"])
-        refs = list(corpus[name]["tgt"])
+    for name, (src, tgt, refs) in encoded.items():
         if name == "train":
             keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
             if len(keep) < len(src):
@@ -313,6 +318,9 @@ class Trainer:
             atomic_torch_save(self.run_dir / "model.pt", self.model.state_dict())
         else:
             self.state.stale_validations += 1
+        if self.cfg.average:
+            state = self.model.state_dict()
+            save_checkpoint(self.run_dir, self.state.step, state, self.cfg.average)
         self._save_last()
         return {
             "valid_loss": tf.xent,
@@ -320,6 +328,30 @@ class Trainer:
             "valid_acc": tf.accuracy,
             "valid_bleu": score,
         }
+
+    def _keep_average(self) -> None:
+        """Average the last ``average`` validation checkpoints and score the mean on the
+        validation set; it becomes model.pt only if its BLEU is at least the best checkpoint's."""
+        s, paths = self.state, checkpoint_paths(self.run_dir)[-self.cfg.average :]
+        if len(paths) < 2:
+            self.console.log(f"not averaging: {len(paths)} validation checkpoint(s)")
+            return
+        averaged = average_state_dicts(load_state(p) for p in paths)
+        self.model.load_state_dict(averaged)
+        score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
+        kept = score >= s.best_bleu
+        if kept:
+            atomic_torch_save(self.run_dir / "model.pt", averaged)
+        names = [p.stem for p in paths]
+        self._log(
+            {"averaged": names, "average_bleu": score, "best_bleu": s.best_bleu,
+             "best_step": s.best_step, "kept": "average" if kept else "best"}
+        )  # fmt: skip
+        self.console.log(
+            f"average of {len(paths)} checkpoints ({names[0]} to {names[-1]}): valid BLEU"
+            f" {score:.2f}, best single {s.best_bleu:.2f} at step {s.best_step};"
+            f" model.pt is {'the average' if kept else f'step {s.best_step}'}"
+        )
 
     # ----------------------------------------------------------------- loop
     def _log(self, record: dict[str, Any]) -> None:
@@ -398,15 +430,15 @@ class Trainer:
                     stopped_by = stopped_by or self._stop_reason()
             if not interrupted[0]:
                 progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
-        if s.step and s.best_step != s.step and not interrupted[0]:
-            self._log(
-                self.validate()
-            )  # score the final weights too, so the best is really the best
+        if s.step % cfg.valid_every and not interrupted[0]:
+            self._log(self.validate())  # score the final weights too: the best is really the best
         else:
             self._save_last()
         self.console.log(
             f"stopped: {stopped_by}; best valid BLEU {s.best_bleu:.2f} at step {s.best_step}"
         )
+        if cfg.average and not interrupted[0]:
+            self._keep_average()
         test_bleu = None
         if not interrupted[0] and (self.run_dir / "model.pt").exists():
             self.model.load_state_dict(load_state(self.run_dir / "model.pt"))
