@@ -72,16 +72,20 @@ class StubModel(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         return src[:, :, None].float(), (src != PAD_ID)[:, None, None, :]  # (B, S, 1)
 
-    def decode(self, y, memory, src_mask, cache: DecoderCache | None = None) -> Tensor:
+    def decode(
+        self, y, memory, src_mask, cache: DecoderCache | None = None, at: Tensor | None = None
+    ) -> Tensor:
         if cache is None:
-            return self.fn(memory[..., 0].long(), y, 0)
-        src = cache.cross_k[0, :, 0, :, 0].long()  # (B', S)
-        src = src.repeat_interleave(y.size(0) // src.size(0), 0)  # (b, S): beams of a sentence
-        start, cache.length = cache.length, cache.length + y.size(1)
-        return self.fn(src, y, start)
+            logits = self.fn(memory[..., 0].long(), y, 0)
+        else:
+            src = cache.cross_k[0, :, 0, :, 0].long()  # (B', S)
+            src = src.repeat_interleave(y.size(0) // src.size(0), 0)  # (b, S): beams of a sentence
+            start, cache.length = cache.length, cache.length + y.size(1)
+            logits = self.fn(src, y, start)
+        return logits if at is None else logits[at]  # (b, T, V) or (N, V)
 
-    def forward(self, src: Tensor, y: Tensor) -> Tensor:
-        return self.decode(y, *self.encode(src))
+    def forward(self, src: Tensor, y: Tensor, at: Tensor | None = None) -> Tensor:
+        return self.decode(y, *self.encode(src), at=at)
 
     def init_cache(self, memory, src_mask, max_len: int, beams: int = 1) -> DecoderCache:
         B = memory.size(0)

@@ -54,7 +54,13 @@ def next_logprobs(
     tokens only. ``<pad>`` and ``<s>`` are never generated (nor ``</s>`` unless ``allow_eos``),
     but the other log-probabilities stay the model's own (no renormalisation), so scores equal
     a teacher-forced pass's."""
-    logp = model.decode(y, memory, src_mask, cache)[:, -1].float().log_softmax(dim=-1)  # (b, V)
+    if cache is None:  # y is the whole prefix: the output layer scores its last position only
+        last = torch.zeros_like(y, dtype=torch.bool)
+        last[:, -1] = True
+        logits = model.decode(y, memory, src_mask, None, at=last)  # (b, V)
+    else:
+        logits = model.decode(y, memory, src_mask, cache)[:, -1]  # (b, V)
+    logp = logits.float().log_softmax(dim=-1)
     logp[:, PAD_ID] = logp[:, BOS_ID] = float("-inf")
     if not allow_eos:
         logp[:, EOS_ID] = float("-inf")
@@ -140,7 +146,7 @@ def beam_search(
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
         logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b*k, V)
         V = logp.size(-1)
-        cand = (scores.view(-1, 1) + logp).view(b, k * V)  # (b, k*V)
+        cand = logp.add_(scores.view(-1, 1)).view(b, k * V)  # (b, k*V), in place
         top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
         beam, token = idx // V, idx % V  # (b, 2k)
         at_limit = limits[sent] <= t + 1  # (b,)
