@@ -115,9 +115,11 @@ def train_step(
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with the paper's betas (0.9, 0.98), eps 1e-9, no weight decay."""
+    """AdamW with the paper's betas (0.9, 0.98), eps 1e-9, no weight decay; PyTorch's fused
+    kernel on CPU and CUDA (one pass over all parameters instead of ~10 ops per tensor)."""
+    fused = next(model.parameters()).device.type in ("cpu", "cuda")
     return torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=fused
     )
 
 
