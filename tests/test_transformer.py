@@ -237,3 +237,16 @@ def test_cache_with_beams_shares_memory_and_reorders_beam_rows(
         reordered = model(src_rep, y[rows])
     assert torch.allclose(torch.cat(first, dim=1), full[:, :3], atol=ATOL, rtol=0)
     assert torch.allclose(torch.cat(later, dim=1), reordered[:, 3:], atol=ATOL, rtol=0)
+
+
+def test_logits_at_chosen_positions_equal_the_full_logits_there(
+    tiny_model, token_batch, decoder_input
+):
+    model = tiny_model(seed=5)
+    src, y = token_batch([4, 6, 3], seed=21), decoder_input([5, 2, 4], seed=22)
+    at = y != 0  # (B, T): the real positions
+    with torch.no_grad():
+        full = model(src, y)  # (B, T, V)
+        chosen = model(src, y, at=at)  # (N, V)
+    assert chosen.shape == (int(at.sum()), full.size(-1))
+    assert torch.allclose(chosen, full[at], atol=ATOL, rtol=0)

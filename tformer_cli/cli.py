@@ -239,7 +239,10 @@ def average_checkpoints(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Where to write the weights. Default: RUN/averaged.pt."
+            "--output",
+            "-o",
+            help="Where to write the weights. Default: RUN/averaged.pt;"
+            " RUN/model.pt makes the average the run's model.",
         ),
     ] = None,
 ) -> None:
