@@ -246,7 +246,7 @@ def main() -> None:
         n_decoder_layers=3, dropout=0.0,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = Transformer(cfg).eval()
+    model = Transformer(cfg).eval().column_major()
     systems = [
         System("tformer, cache", tformer_run(model, use_cache=True)),
         System("tformer, no cache", tformer_run(model, use_cache=False), greedy_only=args.quick),

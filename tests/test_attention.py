@@ -204,14 +204,10 @@ def test_cross_attention_shares_memory_kv_across_beams(record):
     mask = padding_mask(torch.tensor([[4, 4, 4, 4, 4], [4, 4, 4, 0, 0]]), 0)  # (2, 1, 1, 5)
     x = torch.randn(2 * n, T, 16)  # rows: s0b0 s0b1 s0b2 s1b0 s1b1 s1b2
     with torch.no_grad():
-        k, v = m.project_kv(memory)
-        shared = m(x, mask, kv=(k, v))
+        kv = m.project_kv(memory)  # (2, B', h, S, d_k)
+        shared = m(x, mask, kv=kv)
         shared_w = m.weights
-        copied = m(
-            x,
-            mask.repeat_interleave(n, 0),
-            kv=(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)),
-        )
+        copied = m(x, mask.repeat_interleave(n, 0), kv=kv.repeat_interleave(n, 1))
         copied_w = m.weights
     assert shared.shape == (2 * n, T, 16)
     assert torch.allclose(shared, copied, atol=1e-5, rtol=0)
@@ -224,11 +220,11 @@ def test_cached_self_attention_writes_keys_in_place_and_matches_full_pass():
     torch.manual_seed(6)
     m = MultiHeadAttention(16, 4, cross=False).eval()
     x = torch.randn(2, 5, 16)
-    k_buf, v_buf = torch.zeros(2, 4, 8, 4), torch.zeros(2, 4, 8, 4)
-    ptr = k_buf.data_ptr()
+    kv_buf = torch.zeros(2, 2, 4, 8, 4)  # (K/V, B, h, T_max, d_k)
+    ptr = kv_buf.data_ptr()
     with torch.no_grad():
         full = m(x, causal_mask(5))
-        steps = [m(x[:, t : t + 1], None, cache=(k_buf, v_buf), start=t) for t in range(5)]
+        steps = [m(x[:, t : t + 1], None, cache=kv_buf, start=t) for t in range(5)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
-    assert k_buf.data_ptr() == ptr
-    assert torch.all(k_buf[:, :, 5:] == 0) and torch.any(k_buf[:, :, :5] != 0)
+    assert kv_buf.data_ptr() == ptr
+    assert torch.all(kv_buf[..., 5:, :] == 0) and torch.all(kv_buf[..., :5, :] != 0)

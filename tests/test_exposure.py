@@ -78,7 +78,7 @@ class StubModel(nn.Module):
         if cache is None:
             logits = self.fn(memory[..., 0].long(), y, 0)
         else:
-            src = cache.cross_k[0, :, 0, :, 0].long()  # (B', S)
+            src = cache.cross_kv[0, 0, :, 0, :, 0].long()  # (B', S)
             src = src.repeat_interleave(y.size(0) // src.size(0), 0)  # (b, S): beams of a sentence
             start, cache.length = cache.length, cache.length + y.size(1)
             logits = self.fn(src, y, start)
@@ -89,9 +89,9 @@ class StubModel(nn.Module):
 
     def init_cache(self, memory, src_mask, max_len: int, beams: int = 1) -> DecoderCache:
         B = memory.size(0)
-        rows = torch.zeros(1, B * beams, 1, max_len, 1)
-        cross = memory[None, :, None]  # (1, B, 1, S, 1)
-        return DecoderCache(rows, rows.clone(), cross, cross.clone(), src_mask)
+        rows = torch.zeros(1, 2, B * beams, 1, max_len, 1)  # (L, 2, B*n, h, T_max, d_k)
+        cross = memory[None, None, :, None].expand(1, 2, -1, -1, -1, -1)  # (1, 2, B, 1, S, 1)
+        return DecoderCache(rows, cross, src_mask)
 
 
 def bigram_stub(vocab_size: int = 8) -> StubModel:

@@ -186,17 +186,15 @@ def test_cache_self_attention_buffers_are_written_in_place(tiny_model, token_bat
     with torch.inference_mode():
         memory, src_mask = model.encode(src)
         cache = model.init_cache(memory, src_mask, max_len=5)
-        assert cache.self_k.shape == (2, 2, 4, 5, 8)  # (L, B, h, T_max, d_k)
-        k_ptr, v_ptr = cache.self_k.data_ptr(), cache.self_v.data_ptr()
-        cross_ptr = cache.cross_k.data_ptr()
+        assert cache.self_kv.shape == (2, 2, 2, 4, 5, 8)  # (L, K/V, B, h, T_max, d_k)
+        self_ptr, cross_ptr = cache.self_kv.data_ptr(), cache.cross_kv.data_ptr()
         previous = None
         for t in range(5):
             model.decode(y[:, t : t + 1], None, None, cache)
-            assert cache.self_k.data_ptr() == k_ptr and cache.self_v.data_ptr() == v_ptr
-            assert cache.cross_k.data_ptr() == cross_ptr
+            assert cache.self_kv.data_ptr() == self_ptr and cache.cross_kv.data_ptr() == cross_ptr
             if previous is not None:  # earlier slots are left as they were
-                assert torch.equal(cache.self_k[:, :, :, :t], previous)
-            previous = cache.self_k[:, :, :, : t + 1].clone()
+                assert torch.equal(cache.self_kv[..., :t, :], previous)
+            previous = cache.self_kv[..., : t + 1, :].clone()
 
 
 def test_cache_select_keeps_and_reorders_rows(tiny_model, token_batch, decoder_input):
@@ -209,7 +207,7 @@ def test_cache_select_keeps_and_reorders_rows(tiny_model, token_batch, decoder_i
         cache = model.init_cache(memory, src_mask, max_len=6)
         first = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(3)]
         cache.select(rows, rows)
-        assert cache.self_k.size(1) == 2 and cache.cross_k.size(1) == 2
+        assert cache.self_kv.size(2) == 2 and cache.cross_kv.size(2) == 2
         assert cache.src_mask.size(0) == 2 and cache.length == 3
         later = [model.decode(y[rows, t : t + 1], None, None, cache) for t in range(3, 6)]
     assert torch.allclose(torch.cat(first, dim=1), full[:, :3], atol=ATOL, rtol=0)
@@ -228,7 +226,7 @@ def test_cache_with_beams_shares_memory_and_reorders_beam_rows(
         full = model(src_rep, y)
         memory, src_mask = model.encode(src)
         cache = model.init_cache(memory, src_mask, max_len=6, beams=2)
-        assert cache.self_k.size(1) == 4 and cache.cross_k.size(1) == 2
+        assert cache.self_kv.size(2) == 4 and cache.cross_kv.size(2) == 2
         first = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(3)]
         # beam 1 of sentence 0 is continued twice, sentence 1's beams swap places
         rows = torch.tensor([1, 1, 3, 2])

@@ -199,7 +199,8 @@ class LoadedRun:
 
 
 def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") -> LoadedRun:
-    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode."""
+    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode
+    (column-major weights on CPU)."""
     run_dir = resolve_run(model)
     config = RunConfig.load(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
@@ -215,10 +216,11 @@ def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") 
         raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
     setup_threads()
     dev = resolve_device(device)
+    net = net.to(dev).eval()
     return LoadedRun(
         run_dir,
         config,
-        net.to(dev).eval(),
+        net.column_major() if dev.type == "cpu" else net,
         tokenizer,
         dev,
         resolve_precision(precision, dev, config.model.d_model),

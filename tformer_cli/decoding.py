@@ -60,11 +60,9 @@ def next_logprobs(
         logits = model.decode(y, memory, src_mask, None, at=last)  # (b, V)
     else:
         logits = model.decode(y, memory, src_mask, cache)[:, -1]  # (b, V)
-    logp = logits.float().log_softmax(dim=-1)
-    logp[:, PAD_ID] = logp[:, BOS_ID] = float("-inf")
-    if not allow_eos:
-        logp[:, EOS_ID] = float("-inf")
-    return logp
+    never = [PAD_ID, BOS_ID] if allow_eos else [PAD_ID, BOS_ID, EOS_ID]
+    never_ids = torch.tensor(never, device=logits.device)
+    return logits.float().log_softmax(dim=-1).index_fill_(1, never_ids, float("-inf"))
 
 
 @torch.inference_mode()
@@ -83,26 +81,25 @@ def greedy_search(
     cache = model.init_cache(memory, src_mask, T_max) if use_cache else None
     y = torch.full((B, T_max + 1), PAD_ID, dtype=torch.long, device=src.device)  # <s> y_1 .. y_T
     y[:, 0] = BOS_ID
-    logprob = torch.zeros(B, device=src.device)
+    logprob = torch.zeros(B, device=src.device)  # of each active row, as are y and limits
     alive = torch.arange(B, device=src.device)  # original row of each active row
     out: list[Hypothesis] = [None] * B  # type: ignore[list-item]
     for t in range(T_max):
         inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
         logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b, V)
         best_logp, best = logp.max(dim=-1)  # (b,), (b,): value and index in one pass
-        logprob[alive] += best_logp
+        logprob += best_logp
         y[:, t + 1] = best
-        done = (best == EOS_ID) | (limits[alive] <= t + 1)
+        done = (best == EOS_ID) | (limits <= t + 1)
         if not done.any():
             continue
         for r in done.nonzero().flatten().tolist():
-            row, ended = int(alive[r]), bool(best[r] == EOS_ID)
-            lp = float(logprob[row])
-            out[row] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), lp, lp, ended)
+            ended, lp = bool(best[r] == EOS_ID), float(logprob[r])
+            out[int(alive[r])] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), lp, lp, ended)
         keep = (~done).nonzero().flatten()
         if keep.numel() == 0:
             break
-        alive, y = alive[keep], y[keep]
+        alive, y, logprob, limits = alive[keep], y[keep], logprob[keep], limits[keep]
         if cache is not None:
             cache.select(keep, keep)
         else:

@@ -65,53 +65,51 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False
         self.weights: Tensor | None = None
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, T, d) -> (B, h, T, d_k)
-
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """K, V of the encoder memory (B, S, d) for cross-attention: two (B, h, S, d_k)."""
-        k, v = self.w_kv(memory).chunk(2, dim=-1)  # 2 x (B, S, d)
-        return self.split_heads(k), self.split_heads(v)
+    def project_kv(self, memory: Tensor) -> Tensor:
+        """K, V of the encoder memory (B, S, d) for cross-attention, stacked: (2, B, h, S, d_k)."""
+        B, S, _ = memory.shape
+        return self.w_kv(memory).view(B, S, 2, self.h, self.d_k).permute(2, 0, 3, 1, 4)
 
     def forward(
         self,
         x: Tensor,
         mask: Tensor | None = None,
         *,
-        kv: tuple[Tensor, Tensor] | None = None,
-        cache: tuple[Tensor, Tensor] | None = None,
+        kv: Tensor | None = None,
+        cache: Tensor | None = None,
         start: int = 0,
         causal: bool = False,
     ) -> Tensor:
         """Attend from x (B, T, d) and return (B, T, d).
 
-        Self-attention with ``cache=(K_buf, V_buf)``, preallocated (B, h, T_max, d_k): the new
-        keys and values are written in place at slots ``start .. start+T`` and the queries attend
-        to slots ``0 .. start+T``. Cross-attention takes the memory's projected ``kv``; if kv holds
-        B' sentences and x holds B = n * B' rows (n beams per sentence, sentence-major), the n
-        beams become extra query rows of their sentence, so K, V are never copied per beam.
+        Self-attention with a ``cache``, the preallocated K, V buffer (2, B, h, T_max, d_k): the
+        new keys and values are written in place at slots ``start .. start+T`` and the queries
+        attend to slots ``0 .. start+T``. Cross-attention takes the memory's projected ``kv``
+        (2, B', h, S, d_k); if it holds B' sentences and x holds B = n * B' rows (n beams per
+        sentence, sentence-major), the n beams become extra query rows of their sentence, so
+        K, V are never copied per beam.
         ``causal``: the square causal mask of a decoder pass from position 0, left to the kernel.
         """
+        B, T, _ = x.shape
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's K, V"
-            q = self.split_heads(self.w_q(x))  # (B, h, T, d_k)
+            q = self.w_q(x).view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
             k, v = kv  # (B', h, S, d_k)
         else:
-            q, k, v = map(self.split_heads, self.w_qkv(x).chunk(3, dim=-1))  # 3 x (B, h, T, d_k)
-            if cache is not None:
-                k_buf, v_buf = cache
-                end = start + x.size(1)
-                k_buf[:, :, start:end] = k
-                v_buf[:, :, start:end] = v
-                k, v = k_buf[:, :, :end], v_buf[:, :, :end]  # (B, h, end, d_k)
+            qkv = self.w_qkv(x).view(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4)
+            if cache is None:
+                q, k, v = qkv  # (3, B, h, T, d_k) -> 3 x (B, h, T, d_k)
+            else:
+                end = start + T
+                cache[:, :, :, start:end] = qkv[1:]  # the new K, V: (2, B, h, T, d_k)
+                q, (k, v) = qkv[0], cache[:, :, :, :end]  # K, V: (B, h, end, d_k)
         B, h, T, d_k = q.shape
         n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
         if n > 1:
             q = (
                 q.view(-1, n, h, T, d_k).transpose(1, 2).reshape(-1, h, n * T, d_k)
             )  # (B', h, nT, d_k)
-        if mask is not None:
+        if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
         if self.record_weights or (q.device.type == "cpu" and torch.is_grad_enabled()):
             # Explicit ops: to keep the weights, and to train on CPU, where autograd through

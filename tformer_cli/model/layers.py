@@ -127,9 +127,9 @@ class DecoderLayer(nn.Module):
         self,
         y: Tensor,
         tgt_mask: Tensor | None,
-        memory_kv: tuple[Tensor, Tensor],
+        memory_kv: Tensor,
         src_mask: Tensor,
-        cache: tuple[Tensor, Tensor] | None = None,
+        cache: Tensor | None = None,
         start: int = 0,
         causal: bool = False,
     ) -> Tensor:
