@@ -70,7 +70,7 @@ def report(run_dir: Path, longest: bool) -> EvalReport:
         [refs[i] for i in keep],
     )
     with inference(run.device, run.dtype):
-        return evaluate(run.model, run.tokenizer, data, EvalConfig(beam=5))[0]
+        return evaluate(run.model, run.tokenizer, data, EvalConfig())[0]
 
 
 def fmt(x: float | None) -> str:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tformer_cli import evaluation
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.cli import app
-from tformer_cli.config import TrainConfig
+from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.evaluation import (
     EvalConfig,
     EvalData,
@@ -56,7 +56,7 @@ def stub_report(tok):
     """The report of the bigram stub on GOLD (beam 2), and its hypotheses."""
     model = bigram_stub(tok.get_vocab_size())
     data = EvalData(SOURCES, GOLD, text(tok, GOLD))
-    return evaluate(model, tok, data, EvalConfig(beam=2, seed=5))
+    return evaluate(model, tok, data, EvalConfig(DecodeConfig(beam=2), seed=5))
 
 
 def test_tf_metrics_equal_the_hand_computed_values(stub_report, tok):
@@ -116,7 +116,9 @@ def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
 
 def test_beam_1_reports_greedy_only(tok):
     data = EvalData(SOURCES, GOLD, text(tok, GOLD))
-    report, hyps = evaluate(bigram_stub(tok.get_vocab_size()), tok, data, EvalConfig(beam=1))
+    report, hyps = evaluate(
+        bigram_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(beam=1))
+    )
     assert report.beam is None and report.timing.beam is None
     assert hyps == text(tok, [[4, 5, 6]] * 4)
     assert "beam" not in rendered(report).splitlines()[2]
@@ -178,7 +180,7 @@ def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_
     assert list(data) == [f.name for f in dataclasses.fields(EvalReport)]
     assert data["source"]["data"] == str(corpus_run.parent / "corpus")  # the run's own data
     assert data["source"]["precision"] == "fp32" and data["source"]["limit"] == 3
-    assert data["sizes"]["sentences"] == 3 and data["config"]["beam"] == 2
+    assert data["sizes"]["sentences"] == 3 and data["config"]["search"]["beam"] == 2
     assert len(hyp_path.read_text().splitlines()) == 3
     for number in (fmt(data["beam"]["bleu"]), pct(data["tf"]["acc"]), fmt(data["tf"]["ppl"])):
         assert number in result.stdout
@@ -209,6 +211,6 @@ def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
     monkeypatch.setenv("TFORMER_THREADS", env)
     monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(evaluation.os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # both cores busy
-    cfg = EvalConfig(beam=1)
+    cfg = EvalConfig(DecodeConfig(beam=1))
     report = evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
     assert torch.get_num_threads() == report.source.threads == threads

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from tformer_cli import __version__
-from tformer_cli.config import ModelConfig, TrainConfig, from_dict, load_recipe
+from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig, from_dict, load_recipe
 from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
 
@@ -317,7 +317,6 @@ def translate(
     asks for sentences one by one. Sorts inputs by length into batches.
     """
     from tformer_cli.checkpoint import atomic_write_text, load_run
-    from tformer_cli.config import DecodeConfig
     from tformer_cli.decoding import translate_texts
 
     k = 1 if greedy else beam
@@ -463,9 +462,10 @@ def evaluate(
     """
     from tformer_cli.evaluation import EvalConfig, evaluate_run, render_report
 
+    search = DecodeConfig(beam=beam, alpha=alpha)
     report = evaluate_run(
         model, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
-        cfg=EvalConfig(beam=beam, alpha=alpha, seed=seed), device=device, precision=precision,
+        cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
         json_path=json_out, hyp_path=hyp, threads=threads, console=err, quiet=quiet,
     )  # fmt: skip
     out.print(render_report(report))

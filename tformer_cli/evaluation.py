@@ -106,12 +106,10 @@ def teacher_forced(
 # ---------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class EvalConfig:
-    """How the report is computed. ``noise`` lists the prefix-noise levels besides ``q = 0``."""
+    """How the report is computed: ``search`` for the beam pass (greedy shares its length
+    limits; ``beam = 1`` runs greedy only); ``noise``, the prefix-noise levels besides ``q = 0``."""
 
-    beam: int = 5
-    alpha: float = DecodeConfig.alpha  # the search settings' defaults are translate's
-    max_len_a: float = DecodeConfig.max_len_a
-    max_len_b: int = DecodeConfig.max_len_b
+    search: DecodeConfig = field(default_factory=lambda: DecodeConfig(beam=5))
     seed: int = 1234
     noise: tuple[float, ...] = (0.1, 0.25)
     max_tokens: int = 4096
@@ -240,7 +238,8 @@ def evaluate(
     skipped: int = 0,
     on_progress: Progress | None = None,
 ) -> tuple[EvalReport, list[str]]:
-    """Every metric of the report, and the hypotheses (beam if ``cfg.beam > 1``, else greedy).
+    """Every metric of the report, and the hypotheses (beam if ``cfg.search.beam > 1``, else
+    greedy).
 
     Two searches, then four teacher-forced passes: clean (section 1, the TF-argmax sequences of
     section 3 and the predictions ``a_t`` of sections 4-6), self-injected (section 4), and one
@@ -258,13 +257,10 @@ def evaluate(
 
     def search(beam: int) -> tuple[list[str], float]:
         begin = time.perf_counter()
-        dcfg = DecodeConfig(
-            beam=beam, alpha=cfg.alpha, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b
-        )
         out = translate_ids(
             model,
             data.src,
-            dcfg,
+            dataclasses.replace(cfg.search, beam=beam, nbest=1),
             cfg.max_tokens,
             on_batch=stage("greedy" if beam == 1 else f"beam {beam}"),
         )
@@ -273,7 +269,7 @@ def evaluate(
 
     start = time.perf_counter()
     greedy_text, greedy_s = search(1)
-    beam_text, beam_s = search(cfg.beam) if cfg.beam > 1 else (None, None)
+    beam_text, beam_s = search(cfg.search.beam) if cfg.search.beam > 1 else (None, None)
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
@@ -293,7 +289,9 @@ def evaluate(
     t_scoring = time.perf_counter()
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
     greedy = search_scores(1, greedy_text, data.refs, greedy_s)
-    beam = None if beam_text is None else search_scores(cfg.beam, beam_text, data.refs, beam_s)
+    beam = (
+        None if beam_text is None else search_scores(cfg.search.beam, beam_text, data.refs, beam_s)
+    )
     tf_bleu = corpus_bleu(tf_text, data.refs)[0]
     xent = ratio(clean.nll, clean.tokens)
     ppl = None if xent is None else math.exp(min(xent, 100.0))
@@ -382,7 +380,7 @@ def evaluate_run(
     n = len(keep)
     load = time.perf_counter() - start
     with make_progress("eval", console or Console(stderr=True), disable=quiet) as bar:
-        task = bar.add_task("eval", total=n * (3 if cfg.beam > 1 else 2), info="")
+        task = bar.add_task("eval", total=n * (3 if cfg.search.beam > 1 else 2), info="")
         with inference(run.device, run.dtype):
             report, hyps = evaluate(
                 run.model, run.tokenizer, eval_data, cfg, source, len(src) - n,
@@ -407,7 +405,7 @@ def render_report(r: EvalReport) -> Group:
     head = Text.assemble(
         ("tformer eval  ", "bold"),
         f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
-        f" | beam {r.config.beam}, alpha {r.config.alpha}",
+        f" | beam {r.config.search.beam}, alpha {r.config.search.alpha}",
     )
     searches = [x for x in (r.greedy, r.beam) if x is not None]
     quality = table(
