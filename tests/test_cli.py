@@ -249,3 +249,10 @@ def test_train_with_bad_plain_data_is_a_one_line_error(tmp_path, case, fragment)
     assert_clean_error(result, fragment)
     assert len(error_lines(result)) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_errors_naming_paths_with_brackets_print_them_as_given(tmp_path):
+    """Error text is not read as rich markup: ``[/bold]`` in a path neither crashes nor vanishes."""
+    missing = tmp_path / "a[/bold]b[red]c.txt"
+    result = invoke("translate", "-f", str(missing))
+    assert_clean_error(result, "a[/bold]b[red]c.txt")

@@ -89,3 +89,79 @@ def test_auto_precision_is_fp32_for_narrow_models_and_explicit_choices_are_kept(
     assert resolve_precision("bf16", cpu, d_model=64) is torch.bfloat16
     with pytest.raises(TformerError):
         resolve_precision("fp16", cpu)
+
+
+@pytest.fixture
+def captured_trainer(monkeypatch):
+    """Stops ``tformer train`` at the Trainer and keeps the configs it was given."""
+    captured = {}
+
+    class FakeTrainer:
+        def __init__(self, run_dir, model_cfg, train_cfg, **kwargs):
+            captured.update(run_dir=run_dir, model=model_cfg, train=train_cfg)
+            raise TformerError("stop here")
+
+    monkeypatch.setattr("tformer_cli.training.Trainer", FakeTrainer)
+    return captured
+
+
+def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
+    tmp_path, captured_trainer
+):
+    from tformer_cli.checkpoint import RunConfig
+
+    run = tmp_path / "run"
+    saved = TrainConfig(max_steps=20, max_epochs=100, patience=8, lr=7e-4)
+    RunConfig(ModelConfig(vocab_size=50, d_model=64), saved).save(run)
+    (run / "last.pt").write_bytes(b"")
+    runner = CliRunner()
+    result = runner.invoke(cli.app, ["train", "--resume", str(run), "--quiet"])
+    assert result.exit_code == 1 and "stop here" in result.output
+    assert captured_trainer["train"] == saved and captured_trainer["model"].d_model == 64
+    result = runner.invoke(
+        cli.app, ["train", "--resume", str(run), "--max-steps", "40", "--lr", "1", "--d-model", "8"]
+    )
+    assert captured_trainer["train"] == TrainConfig(
+        max_steps=40, max_epochs=100, patience=8, lr=7e-4
+    )
+    assert captured_trainer["model"].d_model == 64
+    assert "--d-model, --lr ignored" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [(["--d-model", "0"], "d_model must be at least 1"), (["--heads", "0"], "h must be"),
+     (["--layers", "0"], "n_encoder_layers must be"), (["--dropout", "1.5"], "dropout must be"),
+     (["--epochs", "-1"], "--epochs must be 0"), (["--max-steps", "-3"], "--max-steps")],
+)  # fmt: skip
+def test_bad_model_and_stopping_values_are_one_line_errors(
+    tmp_path, monkeypatch, captured_trainer, options, message
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["train", *options, "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert message in result.stderr and "stop here" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("[model]\nd_model = 'big'\n", "d_model must be of type int, not 'big'"),
+     ("[train]\nmax_steps = 'x'\n", "max_steps must be of type int"),
+     ("[train]\nlr = true\n", "lr must be of type float, not True")],
+)  # fmt: skip
+def test_recipe_values_of_the_wrong_type_are_one_line_errors(tmp_path, text, message):
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    recipe = load_recipe(str(path))
+    with pytest.raises(TformerError, match=message):
+        from_dict(TrainConfig, recipe.get("train", {}))
+        from_dict(ModelConfig, {"vocab_size": 10, **recipe.get("model", {})})
+
+
+def test_decode_config_refuses_negative_penalties_and_limits():
+    from tformer_cli.config import DecodeConfig
+
+    for bad in (dict(alpha=-1.0), dict(max_len_a=-1.0), dict(beam=0), dict(nbest=0)):
+        with pytest.raises(TformerError):
+            DecodeConfig(**bad)

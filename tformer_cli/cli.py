@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tformer_cli import __version__
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig, from_dict, load_recipe
@@ -48,13 +50,14 @@ def friendly_errors(fn: F) -> F:
         except TformerError as e:
             if os.environ.get("TFORMER_DEBUG"):
                 raise
-            err.print(f"[bold red]Error:[/] {e}", markup=True, highlight=False)
+            err.print(f"[bold red]Error:[/] {escape(str(e))}", highlight=False)
             raise typer.Exit(1) from None
         except OSError as e:  # a file we were told to read or write: name it, no traceback
             if os.environ.get("TFORMER_DEBUG"):
                 raise
             where = f" ({e.filename})" if e.filename else ""
-            err.print(f"[bold red]Error:[/] {e.strerror or e}{where}", markup=True, highlight=False)
+            message = escape(f"{e.strerror or e}{where}")
+            err.print(f"[bold red]Error:[/] {message}", highlight=False)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -201,33 +204,48 @@ def train(
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits.
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.training import Trainer, new_run_dir
+    from tformer_cli.checkpoint import RunConfig
+    from tformer_cli.training import STOPPING_RULES, Trainer, new_run_dir
 
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     recipe = load_recipe(preset) if preset else {}
     for table in tables:
         tables[table].update(recipe.get(table, {}))
+    given = set()  # options set on the command line
     for option, (table, *fields) in TRAIN_OPTIONS.items():
         source = ctx.get_parameter_source(option)  # an enum of click's, or of typer's own copy
-        explicit = source is not None and source.name != "DEFAULT"
+        if source is not None and source.name != "DEFAULT":
+            given.add(option)
         for field in fields:
-            if explicit or field not in tables[table]:
+            if option in given or field not in tables[table]:
                 tables[table][field] = ctx.params[option]
-    train_cfg = from_dict(TrainConfig, tables["train"])
-    model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
-    if model_cfg.positional not in ("sinusoidal", "learned"):
-        raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
-    if model_cfg.norm not in ("post", "pre"):
-        raise typer.BadParameter("use post or pre", param_hint="--norm")
-    run_dir = resume if resume is not None else new_run_dir(runs_dir, name, train_cfg.data)
-    if resume is not None and not (resume / "last.pt").exists():
-        raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
     log = Console(stderr=True, quiet=quiet)
+    if resume is not None:  # the run's own settings; given stopping rules replace its own
+        if not (resume / "last.pt").exists():
+            raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
+        saved = RunConfig.load(resume)
+        stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in STOPPING_RULES}
+        ignored = sorted(given - set(stops))
+        if ignored:
+            names = ", ".join("--" + o.replace("_", "-") for o in ignored)
+            log.print(f"note: {names} ignored: a resumed run keeps its settings", markup=False)
+        train_cfg = dataclasses.replace(
+            saved.train, **{field: ctx.params[o] for o, field in stops.items()}
+        )
+        model_cfg, run_dir = saved.model, resume
+    else:
+        train_cfg = from_dict(TrainConfig, tables["train"])
+        model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
+        if model_cfg.positional not in ("sinusoidal", "learned"):
+            raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
+        if model_cfg.norm not in ("post", "pre"):
+            raise typer.BadParameter("use post or pre", param_hint="--norm")
+        run_dir = new_run_dir(runs_dir, name, train_cfg.data)
     trainer = Trainer(run_dir, model_cfg, train_cfg, resume=resume is not None, console=log)
     result = trainer.run(quiet=quiet)
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
-    out.print(f"run: {result.run_dir}")
+    out.print(f"run: {result.run_dir}", markup=False)
 
 
 # ---------------------------------------------------------------------------- average
@@ -251,7 +269,8 @@ def average_checkpoints(
 
     paths, target = average_run(run, last, output)
     out.print(
-        f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}"
+        f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}",
+        markup=False,
     )
 
 
@@ -495,7 +514,7 @@ def tokenizer_train(
             f"valid {side}: {stats.sentences} sentences, {stats.avg_tokens:.1f} tokens/sentence,"
             f" unknown rate {stats.unk_rate:.2%}"
         )
-    out.print(f"vocabulary: {tok.get_vocab_size()} types -> {output}")
+    out.print(f"vocabulary: {tok.get_vocab_size()} types -> {output}", markup=False)
 
 
 def main() -> None:

@@ -36,8 +36,14 @@ class ModelConfig:
     max_positions: int = 1024
 
     def __post_init__(self) -> None:
+        sizes = ("d_model", "h", "d_ff", "n_encoder_layers", "n_decoder_layers")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise TformerError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.d_model % self.h:
             raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
+        if not 0 <= self.dropout < 1:
+            raise TformerError(f"dropout must be in [0, 1), not {self.dropout}")
 
     @property
     def d_k(self) -> int:
@@ -82,6 +88,10 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
+        for name in ("max_steps", "max_epochs", "max_minutes", "patience", "ss_warmup"):
+            if getattr(self, name) < 0:
+                option = "epochs" if name == "max_epochs" else name.replace("_", "-")
+                raise TformerError(f"--{option} must be 0 (off) or more")
         if self.lr <= 0 or not 0 <= self.label_smoothing < 1:
             raise TformerError("--lr must be > 0 and --label-smoothing in [0, 1)")
         if self.average < 0 or self.average == 1:
@@ -98,6 +108,12 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     min_len: int = 0
+
+    def __post_init__(self) -> None:
+        if self.beam < 1 or self.nbest < 1:
+            raise TformerError("beam and nbest must be at least 1")
+        if min(self.alpha, self.max_len_a, self.max_len_b, self.min_len) < 0:
+            raise TformerError("alpha, max_len_a, max_len_b and min_len must not be negative")
 
 
 RECIPES = Path(__file__).parent / "recipes"
@@ -130,8 +146,16 @@ C = TypeVar("C")
 
 def from_dict(cls: type[C], values: dict[str, Any]) -> C:
     """Build a config dataclass, naming unknown keys instead of failing with a TypeError."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(values) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(fields))
     if unknown:
         raise TformerError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
+    for name, value in values.items():  # scalars: the type of the default (an int for a float)
+        default = fields[name].default
+        if default is dataclasses.MISSING or default is None:
+            continue
+        want = type(default)
+        ok = isinstance(value, want) or (want is float and isinstance(value, int))
+        if not ok or (isinstance(value, bool) and want is not bool):
+            raise TformerError(f"{name} must be of type {want.__name__}, not {value!r}")
     return cls(**values)

@@ -449,9 +449,13 @@ class Trainer:
         return TrainResult(self.run_dir, s, test_bleu, stopped_by or "")
 
 
+# On --resume only these may change (any other setting would break exact continuation).
+STOPPING_RULES = ("max_steps", "max_epochs", "max_minutes", "patience")
+
+
 def _overrides(cfg: TrainConfig) -> dict[str, Any]:
-    """On --resume only the stopping rules may change (the rest would break exact continuation)."""
-    return {k: getattr(cfg, k) for k in ("max_steps", "max_epochs", "max_minutes", "patience")}
+    """The stopping rules of ``cfg``, which replace a resumed run's own."""
+    return {k: getattr(cfg, k) for k in STOPPING_RULES}
 
 
 def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
