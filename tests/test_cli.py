@@ -256,3 +256,15 @@ def test_errors_naming_paths_with_brackets_print_them_as_given(tmp_path):
     missing = tmp_path / "a[/bold]b[red]c.txt"
     result = invoke("translate", "-f", str(missing))
     assert_clean_error(result, "a[/bold]b[red]c.txt")
+
+
+def test_translate_with_both_sentences_and_a_file_is_an_error(tmp_path):
+    (tmp_path / "in.txt").write_text("the dog\n")
+    result = invoke("translate", "the cat", "-f", str(tmp_path / "in.txt"))
+    assert_clean_error(result, "not both")
+
+
+def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path):
+    (tmp_path / "model.pt").write_bytes(b"")
+    result = invoke("translate", "x", "--model", str(tmp_path / "model.pt"))
+    assert_clean_error(result, "is a file", "run folder")

@@ -188,6 +188,24 @@ def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_
         assert section in result.stdout
 
 
+def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
+    """A single file is carved into train/valid/test for training; ``--split all`` scores it all."""
+    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    json_path, hyp_path = tmp_path / "r.json", tmp_path / "h.txt"
+    result = runner.invoke(
+        app,
+        ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
+         "--json", str(json_path), "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1",
+         "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(json_path.read_text())
+    assert report["sizes"]["sentences"] == 7 and report["source"]["split"] == "all"
+    assert len(hyp_path.read_text().splitlines()) == 7
+
+
 def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
     result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--split", "dev"])
     assert result.exit_code == 1

@@ -181,6 +181,8 @@ def resolve_run(model: Path | None) -> Path:
     """The run folder a command should use: ``--model`` if given, else the newest run."""
     if model is None:
         return latest_run()
+    if model.exists() and not model.is_dir():
+        raise TformerError(f"{model} is a file; --model takes a run folder (runs/NAME)")
     if not model.is_dir():
         raise TformerError(f"run folder {model} does not exist")
     return model

@@ -219,7 +219,7 @@ def train(
         for field in fields:
             if option in given or field not in tables[table]:
                 tables[table][field] = ctx.params[option]
-    log = Console(stderr=True, quiet=quiet)
+    log = Console(stderr=True, quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules replace its own
         if not (resume / "last.pt").exists():
             raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
@@ -277,6 +277,8 @@ def average_checkpoints(
 # ---------------------------------------------------------------------------- translate
 def read_inputs(texts: list[str] | None, file: Path | None) -> list[str] | None:
     """Texts from the arguments, a file (``-`` = stdin) or piped stdin; ``None``: interactive."""
+    if texts and file is not None:
+        raise TformerError("give sentences or --file, not both")
     if texts:
         return texts
     if file is not None and str(file) != "-":
@@ -443,7 +445,9 @@ def evaluate(
     ] = None,
     src: Annotated[str | None, typer.Option(help="Source language. Default: the run's.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language. Default: the run's.")] = None,
-    split: Annotated[str, typer.Option(help="train, valid or test.")] = "test",
+    split: Annotated[
+        str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
+    ] = "test",
     limit: Annotated[
         int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")
     ] = None,

@@ -49,8 +49,10 @@ def load_corpus(
     tgt_file: Path | None = None,
     seed: int = 1234,
     carve_size: int = 1000,
+    carve: bool = True,
 ) -> DatasetDict:
-    """Load a parallel corpus (see the module docstring for the sources) as train/valid/test."""
+    """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
+    ``carve=False``: only the splits the source holds, none carved out of train."""
     if src_file is not None or tgt_file is not None:
         if src_file is None or tgt_file is None:
             raise TformerError("give both a source file and a target file (--src-file/--tgt-file)")
@@ -60,7 +62,8 @@ def load_corpus(
     else:
         path = toy_corpus_dir() if str(data) == "toy" else Path(data)
         splits = _load_path(path, src_lang, tgt_lang)
-    splits = _carve(splits, seed, carve_size)
+    if carve:
+        splits = _carve(splits, seed, carve_size)
     return DatasetDict(
         {
             name: Dataset.from_dict({"src": src, "tgt": tgt}, features=_FEATURES)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+from datasets import concatenate_datasets
 from rich.console import Console, Group
 from rich.text import Text
 from tokenizers import Tokenizer
@@ -29,7 +30,7 @@ from tformer_cli import __version__
 from tformer_cli.checkpoint import RunConfig, atomic_write_text, load_run, resolve_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
-from tformer_cli.corpus import load_corpus
+from tformer_cli.corpus import SPLITS, load_corpus
 from tformer_cli.decoding import translate_ids
 from tformer_cli.device import autocast, inference, setup_threads
 from tformer_cli.errors import TformerError
@@ -351,8 +352,8 @@ def evaluate_run(
     """``tformer eval``: load a run and a split (default: the run's own data, same seed, so the
     same carved splits), evaluate, and write ``json_path`` and ``hyp_path`` if given.
     ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``."""
-    if split not in ("train", "valid", "test"):
-        raise TformerError(f"unknown split {split!r}: use train, valid or test")
+    if split not in (*SPLITS, "all"):
+        raise TformerError(f"unknown split {split!r}: use train, valid, test or all")
     start = time.perf_counter()
     run_dir = resolve_run(model_dir)
     train = RunConfig.load(run_dir).train
@@ -365,7 +366,12 @@ def evaluate_run(
         src_lang or train.src_lang,
         tgt_lang or train.tgt_lang,
     )
-    pairs = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, seed=train.seed)[split]
+    if split == "all":  # every pair the data holds, in its order: nothing carved out
+        ds = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, carve=False)
+        pairs = concatenate_datasets([ds[name] for name in SPLITS if name in ds])
+    else:  # the run's seed carves the same valid/test splits as in training
+        ds = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, seed=train.seed)
+        pairs = ds[split]
     pairs = pairs.select(range(min(limit, len(pairs)))) if limit is not None else pairs
     src, tgt = encode(run.tokenizer, pairs["src"]), encode(run.tokenizer, pairs["tgt"])
     longest = run.config.model.max_positions - 1  # room for </s> (source) or <s> (target)
