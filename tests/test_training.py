@@ -190,3 +190,12 @@ def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resume_past_its_limit_makes_no_update(tmp_path, tiny_corpus, single_thread_trainer):
+    run(tmp_path / "run", tiny_corpus, max_steps=8, valid_every=100)
+    before = load_state(tmp_path / "run" / "last.pt")["model"]
+    _, result = run(tmp_path / "run", tiny_corpus, resume=True, max_steps=4, valid_every=100)
+    assert result.state.step == 8 and "max-steps 4" in result.stopped_by
+    after = load_state(tmp_path / "run" / "last.pt")["model"]
+    assert all(torch.equal(before[name], after[name]) for name in before)

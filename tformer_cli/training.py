@@ -390,7 +390,7 @@ class Trainer:
             cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
         )
         progress = make_progress("train", self.console, disable=quiet)
-        stopped_by = None
+        stopped_by = self._stop_reason()  # a resumed run may already be past its limits
         rate_tokens, rate_start = 0, time.perf_counter()
         with stop_on_interrupt() as interrupted, progress:
             task = progress.add_task("train", total=total, completed=s.step, info="")
