@@ -90,6 +90,17 @@ def test_tokenize_shows_subwords_with_word_start_marks(bpe: Tokenizer) -> None:
     assert tokenize(bpe, "Hallo, Welt!") == ["▁Hallo", ",", "▁Welt", "!"]
 
 
+def test_a_spaced_punctuation_mark_is_one_piece_and_decodes_back() -> None:
+    """`` .`` is one piece ``▁.``, not ``▁`` + ``.``; the ``▁`` word marks are never split off."""
+    texts = ["the dog sees the cat .", 'a man ( in red ) says : " hi " , 3 + 4 = 7 €']
+    tok = train_tokenizer(texts * 3, vocab_size=60, kind="wordlevel", min_frequency=1)
+    assert tokenize(tok, "the cat .") == ["▁the", "▁cat", "▁."]
+    for text in texts:
+        pieces = tokenize(tok, text)
+        assert "▁" not in pieces and len(pieces) == len(text.split())
+        assert decode(tok, [tok.encode(text).ids]) == [text]
+
+
 def test_stats_on_a_small_known_text() -> None:
     tok = train_tokenizer(["a b c", "a b"], kind="wordlevel", min_frequency=1)
     # 4 specials + ▁a ▁b ▁c; "a z" -> ▁a <unk>, "b c a" -> ▁b ▁c ▁a: 5 tokens, 1 unknown

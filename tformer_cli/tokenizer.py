@@ -2,7 +2,8 @@
 
 One vocabulary serves both languages so the model can tie its embeddings. Text is NFKC-normalised,
 split at spaces (Metaspace: a word starts with `▁`, so decoding restores the spacing) and around
-punctuation, then cut into subwords by BPE (default), unigram or a word-level vocabulary.
+punctuation and symbols (each one its own piece, with the `▁` of a space before it: ` .` is one
+piece `▁.`), then cut into subwords by BPE (default), unigram or a word-level vocabulary.
 Characters never seen in training become `<unk>`. The tokenizer adds no special tokens itself: the
 model puts `<s>` and `</s>` around its sequences.
 """
@@ -15,13 +16,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from .errors import TformerError
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 KINDS = ("bpe", "unigram", "wordlevel")
+# A punctuation mark or symbol (not the space marker ▁, itself a symbol), with its space if any
+PUNCTUATION = Regex(r"▁?[[\p{P}\p{S}]&&[^▁]]")
 
 
 def train_tokenizer(
@@ -61,7 +64,7 @@ def train_tokenizer(
     tok = Tokenizer(model)
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()]
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Split(PUNCTUATION, behavior="isolated")]
     )
     tok.decoder = decoders.Metaspace()
     tok.train_from_iterator(texts, trainer=trainer)
