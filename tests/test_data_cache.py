@@ -64,6 +64,16 @@ def test_other_tokenizer_settings_make_new_entries(tmp_path, tiny_corpus):
     assert entries(runs) == ["encoded", "encoded", "tokenizer", "tokenizer"]
 
 
+def test_another_text_pipeline_trains_a_new_tokenizer(tmp_path, tiny_corpus, monkeypatch):
+    """A change to the normalizer or pre-tokenizer must not reuse tokenizers trained before it."""
+    runs = tmp_path / "runs"
+    run_prepare(runs / "a", cfg(tiny_corpus))
+    monkeypatch.setattr(data_cache, "pipeline_signature", lambda: "another pipeline")
+    _, _, log = run_prepare(runs / "b", cfg(tiny_corpus))
+    assert "trained a bpe tokenizer" in log
+    assert entries(runs).count("tokenizer") == 2
+
+
 def test_length_filtering_still_applies_to_cached_data(tmp_path, tiny_corpus):
     runs = tmp_path / "runs"
     _, full, _ = run_prepare(runs / "a", cfg(tiny_corpus))

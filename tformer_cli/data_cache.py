@@ -1,8 +1,9 @@
 """A cache of trained tokenizers and encoded corpora beside the runs, `<runs_dir>/.cache/<key>/`,
 so a second `tformer train` on the same data with the same tokenizer settings starts in seconds.
 
-- `tokenizer-<key>/tokenizer.json`, key = hash of the corpus fingerprint, the tokenizer kind and
-  the vocabulary size. BPE training is deterministic but unigram training is not, so the cached
+- `tokenizer-<key>/tokenizer.json`, key = hash of the corpus fingerprint, the tokenizer kind,
+  the vocabulary size and the text pipeline around the subword model (normalizer,
+  pre-tokenizer, decoder). BPE training is deterministic but unigram training is not, so the cached
   file is the source of truth: every new run with these settings starts from a copy of it.
 - `encoded-<key>/{train,valid,test}.arrow`, key = hash of the corpus fingerprint and the
   tokenizer.json bytes: Arrow IPC files with int32 list columns `src`/`tgt` (token ids without
@@ -29,7 +30,7 @@ from datasets import DatasetDict
 from tformer_cli import __version__
 from tformer_cli.corpus import SPLITS, corpus_fingerprint
 from tformer_cli.errors import TformerError
-from tformer_cli.tokenizer import encode, load_tokenizer, train_tokenizer
+from tformer_cli.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
 
 CACHE_DIR = ".cache"  # under the runs folder
 FORMAT = 1  # bump when an entry's layout changes
@@ -55,7 +56,7 @@ class DataCache:
     def tokenizer(self, kind: str, vocab_size: int) -> tuple[Path, bool]:
         """The cached tokenizer.json trained on the train split (both sides), trained now on a
         miss. Returns its path and whether it was cached already."""
-        entry = self._entry("tokenizer", kind, str(vocab_size))
+        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature())
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
         train = self.corpus["train"]

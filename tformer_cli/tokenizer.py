@@ -61,15 +61,26 @@ def train_tokenizer(
         )
     else:
         raise TformerError(f"unknown tokenizer kind '{kind}' (choose from: {', '.join(KINDS)})")
-    tok = Tokenizer(model)
+    tok = _with_pipeline(Tokenizer(model))
+    tok.train_from_iterator(texts, trainer=trainer)
+    assert _has_special_ids(tok), "the trainer did not give the special tokens their fixed ids"
+    return tok
+
+
+def _with_pipeline(tok: Tokenizer) -> Tokenizer:
+    """Everything around the subword model: NFKC, the pre-tokenizer and Metaspace decoding."""
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Metaspace(), pre_tokenizers.Split(PUNCTUATION, behavior="isolated")]
     )
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(texts, trainer=trainer)
-    assert _has_special_ids(tok), "the trainer did not give the special tokens their fixed ids"
     return tok
+
+
+def pipeline_signature() -> str:
+    """The pipeline around the subword model as JSON: cached tokenizers are keyed by it, so a
+    change to the pipeline trains new ones."""
+    return _with_pipeline(Tokenizer(models.WordLevel(unk_token=SPECIAL_TOKENS[UNK_ID]))).to_str()
 
 
 def save_tokenizer(tok: Tokenizer, path: Path) -> None:
