@@ -97,8 +97,9 @@ class MultiHeadAttention(nn.Module):
             k, v = kv  # (B', h, S, d_k)
         else:
             qkv = self.w_qkv(x).view(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4)
+            # (B, T, 3d) -> (3, B, h, T, d_k): Q, K, V stacked, heads split
             if cache is None:
-                q, k, v = qkv  # (3, B, h, T, d_k) -> 3 x (B, h, T, d_k)
+                q, k, v = qkv  # 3 x (B, h, T, d_k)
             else:
                 end = start + T
                 cache[:, :, :, start:end] = qkv[1:]  # the new K, V: (2, B, h, T, d_k)
