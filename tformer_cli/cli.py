@@ -211,7 +211,7 @@ def train(
     recipe = load_recipe(preset) if preset else {}
     for table in tables:
         tables[table].update(recipe.get(table, {}))
-    given = set()  # options set on the command line
+    given: set[str] = set()  # options set on the command line
     for option, (table, *fields) in TRAIN_OPTIONS.items():
         source = ctx.get_parameter_source(option)  # an enum of click's, or of typer's own copy
         if source is not None and source.name != "DEFAULT":
