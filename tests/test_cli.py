@@ -268,3 +268,13 @@ def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"")
     result = invoke("translate", "x", "--model", str(tmp_path / "model.pt"))
     assert_clean_error(result, "is a file", "run folder")
+
+
+def test_an_empty_input_file_says_there_is_nothing_to_translate(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (tmp_path / "empty.txt").write_text("")
+    out = tmp_path / "out.txt"
+    args = ("translate", "-m", str(run_dir), "-f", str(tmp_path / "empty.txt"), "-o", str(out))
+    result = invoke(*args)
+    assert result.exit_code == 0 and "nothing to translate" in result.stderr
+    assert out.read_text() == ""

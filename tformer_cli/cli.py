@@ -352,10 +352,13 @@ def translate(
         while True:
             try:
                 line = input("> ")
-            except EOFError:
+            except EOFError:  # Ctrl-D: end the prompt's line
+                err.print()
                 return
             result = translate_texts(run, [line], cfg, use_cache=not no_cache)
             out.print(format_translations(result, style)[0], markup=False)
+    if not inputs and not quiet:
+        err.print("note: no input sentences: nothing to translate", markup=False)
     with make_progress("translate", err, disable=quiet or len(inputs) < 100) as progress:
         task = progress.add_task("translate", total=len(inputs), info="")
         results = translate_texts(
