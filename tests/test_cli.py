@@ -155,6 +155,18 @@ def test_train_with_an_unknown_tokenizer_kind_leaves_no_run_folder(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_interrupted_training_exits_130_and_says_how_to_resume(tmp_path, monkeypatch):
+    from tformer_cli.training import Trainer, TrainResult
+
+    def interrupted_run(self, quiet: bool = False) -> TrainResult:
+        return TrainResult(self.run_dir, self.state, None, "interrupted (Ctrl-C)", True)
+
+    monkeypatch.setattr(Trainer, "run", interrupted_run)
+    result = invoke("train", "--name", "cut", "--quiet")
+    assert result.exit_code == 130, result.output
+    assert "--resume runs/cut" in result.stderr
+
+
 def test_resume_without_last_pt_is_an_error(tmp_path):
     (tmp_path / "old").mkdir()
     result = invoke("train", "--resume", str(tmp_path / "old"), "--quiet")

@@ -192,6 +192,28 @@ def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_ctrl_c_mid_run_saves_last_pt_and_reports_the_interruption(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    """A real SIGINT during update 3: the update finishes, last.pt holds step 3, no test BLEU."""
+    import os
+    import signal
+
+    step = Trainer._step
+
+    def step_then_ctrl_c(self, group):
+        result = step(self, group)
+        if self.state.step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(Trainer, "_step", step_then_ctrl_c)
+    _, result = run(tmp_path / "run", tiny_corpus, max_steps=16, valid_every=100)
+    assert result.interrupted and result.stopped_by == "interrupted (Ctrl-C)"
+    assert result.state.step == 3 and result.test_bleu is None
+    assert load_state(tmp_path / "run" / "last.pt")["state"]["step"] == 3
+
+
 def test_resume_past_its_limit_makes_no_update(tmp_path, tiny_corpus, single_thread_trainer):
     run(tmp_path / "run", tiny_corpus, max_steps=8, valid_every=100)
     before = load_state(tmp_path / "run" / "last.pt")["model"]

@@ -246,6 +246,10 @@ def train(
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
     out.print(f"run: {result.run_dir}", markup=False)
+    if result.interrupted:  # exit as an interrupted program does, so that `&&` stops here
+        hint = f"interrupted: continue with tformer train --resume {result.run_dir}"
+        err.print(hint, markup=False)
+        raise typer.Exit(130)
 
 
 # ---------------------------------------------------------------------------- average

@@ -79,6 +79,7 @@ class TrainResult:
     state: TrainState
     test_bleu: float | None
     stopped_by: str
+    interrupted: bool = False  # by Ctrl-C: last.pt holds where to resume
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -446,7 +447,7 @@ class Trainer:
             self.model.load_state_dict(load_state(self.run_dir / "model.pt"))
             test_bleu = self.greedy_bleu("test")
             self._log({"test_bleu": test_bleu})
-        return TrainResult(self.run_dir, s, test_bleu, stopped_by or "")
+        return TrainResult(self.run_dir, s, test_bleu, stopped_by or "", interrupted[0])
 
 
 # On --resume only these may change (any other setting would break exact continuation).
