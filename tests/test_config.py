@@ -132,7 +132,11 @@ def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
     ("options", "message"),
     [(["--d-model", "0"], "d_model must be at least 1"), (["--heads", "0"], "h must be"),
      (["--layers", "0"], "n_encoder_layers must be"), (["--dropout", "1.5"], "dropout must be"),
-     (["--epochs", "-1"], "--epochs must be 0"), (["--max-steps", "-3"], "--max-steps")],
+     (["--epochs", "-1"], "--epochs must be 0"), (["--max-steps", "-3"], "--max-steps"),
+     (["--clip-norm=-1"], "--clip-norm must be 0 (off)"),
+     (["--label-smoothing", "1.5"], "--label-smoothing must be in [0, 1)"),
+     (["--valid-bleu-size", "0"], "--valid-bleu-size must be at least 1"),
+     (["--ss-tau", "0"], "--ss-tau must be > 0"), (["--ss-min", "2"], "--ss-min must be in")],
 )  # fmt: skip
 def test_bad_model_and_stopping_values_are_one_line_errors(
     tmp_path, monkeypatch, captured_trainer, options, message

@@ -116,6 +116,23 @@ def test_training_run_writes_every_file_of_the_run_folder(
     assert model_state.keys() == trainer.model.state_dict().keys()
 
 
+def test_clip_norm_zero_turns_clipping_off(tmp_path, tiny_corpus, single_thread_trainer):
+    """A huge --clip-norm never clips, so it must train exactly as 0 (off) does."""
+    off, _ = run(tmp_path / "off", tiny_corpus, max_steps=4, valid_every=100, clip_norm=0.0)
+    huge, _ = run(tmp_path / "huge", tiny_corpus, max_steps=4, valid_every=100, clip_norm=1e9)
+    tight, _ = run(tmp_path / "tight", tiny_corpus, max_steps=4, valid_every=100, clip_norm=1e-3)
+    weights = [t.model.state_dict()["generator.weight"] for t in (off, huge, tight)]
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
+
+
+def test_no_training_pair_under_max_len_is_an_error_leaving_no_run(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    with pytest.raises(TformerError, match="no training pairs left: all 40"):
+        run(tmp_path / "run", tiny_corpus, max_len=2)
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_continues_bit_for_bit(tmp_path, tiny_corpus, single_thread_trainer):
     """16 steps straight == 8 steps, then --resume for 8 more (dropout on: the RNG is restored).
     The resumed run is asked for another lr: only the stopping rules may change."""

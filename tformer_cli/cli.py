@@ -161,7 +161,7 @@ def train(
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = T.lr,
     warmup: Annotated[int, typer.Option(help="Warm-up steps, then 1/sqrt decay.")] = T.warmup,
     label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = T.label_smoothing,
-    clip_norm: Annotated[float, typer.Option(help="Gradient norm clipping.")] = T.clip_norm,
+    clip_norm: Annotated[float, typer.Option(help="Max gradient norm (0: off).")] = T.clip_norm,
     accum: Annotated[int, typer.Option(help="Batches per update.")] = T.accum,
     max_steps: Annotated[int, typer.Option(help="Stop after N updates (0: none).")] = T.max_steps,
     epochs: Annotated[int, typer.Option(help="Stop after N epochs (0: none).")] = T.max_epochs,

@@ -92,8 +92,18 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 option = "epochs" if name == "max_epochs" else name.replace("_", "-")
                 raise TformerError(f"--{option} must be 0 (off) or more")
-        if self.lr <= 0 or not 0 <= self.label_smoothing < 1:
-            raise TformerError("--lr must be > 0 and --label-smoothing in [0, 1)")
+        if self.lr <= 0:
+            raise TformerError("--lr must be > 0")
+        if not 0 <= self.label_smoothing < 1:
+            raise TformerError("--label-smoothing must be in [0, 1)")
+        if self.clip_norm < 0:
+            raise TformerError("--clip-norm must be 0 (off) or more")
+        if self.valid_bleu_size < 1:
+            raise TformerError("--valid-bleu-size must be at least 1")
+        if not 0 <= self.ss_min <= 1:
+            raise TformerError("--ss-min must be in [0, 1]")
+        if self.ss_tau <= 0:
+            raise TformerError("--ss-tau must be > 0")
         if self.average < 0 or self.average == 1:
             raise TformerError("--average must be 0 (off) or at least 2 checkpoints")
 

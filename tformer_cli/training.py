@@ -11,7 +11,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,8 @@ def train_step(
         loss = label_smoothed_loss(logits, b.tgt_out[real], cfg.label_smoothing) / n_tokens
         loss.backward()
         total += loss.item()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+    if cfg.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total, n_tokens
@@ -162,6 +163,15 @@ def prepare(
             if len(keep) < len(src):
                 console.log(
                     f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
+                )
+            if not keep:
+                if not resume:  # leave nothing, as bad data does
+                    tok_path.unlink()
+                    with suppress(OSError):
+                        run_dir.rmdir()
+                raise TformerError(
+                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
+                    " on a side (--max-len)"
                 )
             src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
         splits[name] = Split(src, tgt, refs)
@@ -332,6 +342,15 @@ class Trainer:
             "valid_bleu": score,
         }
 
+    def _validate_and_report(self) -> None:
+        """Validate, log the metrics to log.jsonl and print them."""
+        m, s = self.validate(), self.state
+        self._log(m)
+        self.console.log(
+            f"step {s.step}: valid loss {m['valid_loss']:.3f}  ppl {m['valid_ppl']:.2f}"
+            f"  BLEU {m['valid_bleu']:.2f}  (best {s.best_bleu:.2f} at step {s.best_step})"
+        )
+
     def _keep_average(self) -> None:
         """Average the last ``average`` validation checkpoints and score the mean on the
         validation set; it becomes model.pt only if its BLEU is at least the best checkpoint's."""
@@ -418,15 +437,9 @@ class Trainer:
                     progress.update(task, completed=s.step)
                     if s.step % cfg.valid_every == 0:
                         t0 = time.perf_counter()
-                        metrics = self.validate()
+                        self._validate_and_report()
                         s.elapsed += time.perf_counter() - t0
                         rate_start += time.perf_counter() - t0
-                        self._log(metrics)
-                        self.console.log(
-                            f"step {s.step}: valid loss {metrics['valid_loss']:.3f}"
-                            f"  ppl {metrics['valid_ppl']:.2f}  BLEU {metrics['valid_bleu']:.2f}"
-                            f"  (best {s.best_bleu:.2f} at step {s.best_step})"
-                        )
                     stopped_by = "interrupted (Ctrl-C)" if interrupted[0] else self._stop_reason()
                 if s.batch_in_epoch >= len(batches):
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
@@ -434,12 +447,15 @@ class Trainer:
             if not interrupted[0]:
                 progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
         if s.step % cfg.valid_every and not interrupted[0]:
-            self._log(self.validate())  # score the final weights too: the best is really the best
+            self._validate_and_report()  # score the final weights too: the best is really the best
         else:
             self._save_last()
-        self.console.log(
-            f"stopped: {stopped_by}; best valid BLEU {s.best_bleu:.2f} at step {s.best_step}"
+        best = (
+            f"best valid BLEU {s.best_bleu:.2f} at step {s.best_step}"
+            if s.best_step
+            else "no validation yet"
         )
+        self.console.log(f"stopped: {stopped_by}; {best}")
         if cfg.average and not interrupted[0]:
             self._keep_average()
         test_bleu = None
