@@ -192,6 +192,17 @@ def test_translate_prints_one_line_per_input_in_order(tmp_path, make_run):
         assert alone.stdout.splitlines() == [line]
 
 
+def test_a_blank_line_of_a_file_gives_a_blank_line_in_its_place(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (tmp_path / "in.txt").write_text("red cat\n \t \none\n", encoding="utf-8")
+    args = ["--model", str(run_dir), "--device", "cpu", "--max-len-b", "3"]
+    result = invoke("translate", "-f", str(tmp_path / "in.txt"), *args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[1] == ""
+    assert lines[2] == invoke("translate", "one", *args).stdout.strip()
+
+
 def test_translate_reads_a_file_and_the_newest_run_by_default(tmp_path, make_run):
     make_run(tmp_path / "runs" / "only")
     (tmp_path / "in.txt").write_text("red cat\nsmall bird\n", encoding="utf-8")

@@ -129,6 +129,18 @@ def test_translate_ids_returns_results_in_input_order(trained_model, max_tokens)
         assert r.hypotheses[0].tokens == alone.tokens
 
 
+def test_a_blank_input_gets_an_empty_translation_and_the_others_keep_their_places(
+    trained_model,
+):
+    sources = [[4, 5, 6], [], [10, 11]]
+    done: list[int] = []
+    results = translate_ids(trained_model, sources, CFG, on_batch=done.append)
+    assert results[1].hypotheses[0].tokens == [] and sum(done) == 3
+    for i in (0, 2):
+        (alone,) = greedy_search(trained_model, as_src([sources[i]]), CFG)
+        assert results[i].hypotheses[0].tokens == alone.tokens
+
+
 def test_greedy_logprob_equals_teacher_forced_sum(trained_model):
     sources = random_sources(8, seed=6)
     hyps = greedy_search(trained_model, as_src(sources), CFG)

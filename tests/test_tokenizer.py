@@ -63,6 +63,13 @@ def test_round_trip_returns_the_nfkc_form(bpe: Tokenizer) -> None:
     assert decode(bpe, encode(bpe, [text])) == [unicodedata.normalize("NFKC", text)]
 
 
+def test_runs_of_whitespace_encode_as_one_space_and_blank_text_as_nothing(tok: Tokenizer) -> None:
+    text = TEXTS[0]
+    messy = "  " + text.replace(" ", " \t  ", 2) + " \n"
+    assert encode(tok, [messy]) == encode(tok, [text])
+    assert encode(tok, [" \t "]) == [[]]
+
+
 def test_batched_encoding_equals_encoding_one_by_one(tok: Tokenizer) -> None:
     assert encode(tok, TEXTS) == [encode(tok, [text])[0] for text in TEXTS]
 

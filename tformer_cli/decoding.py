@@ -221,6 +221,7 @@ def translate_ids(
     on_batch: Callable[[int], None] | None = None,
 ) -> list[Translation]:
     """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
+    An empty input (a blank line) gets one empty translation without running the model.
 
     ``on_batch(n)`` is called after each batch of n sentences (for progress bars).
     """
@@ -232,8 +233,13 @@ def translate_ids(
         raise TformerError(
             f"input {too_long + 1} has {lengths[too_long]} tokens; this model reads at most {limit}"
         )
-    results: list[Translation] = [None] * len(sources)  # type: ignore[list-item]
-    for batch in token_batches(lengths, max_tokens, max_sentences=max_sentences):
+    empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
+    results = [None if s else empty for s in sources]
+    real = [i for i, s in enumerate(sources) if s]
+    if on_batch is not None and len(real) < len(sources):
+        on_batch(len(sources) - len(real))
+    for sub in token_batches([lengths[i] for i in real], max_tokens, max_sentences=max_sentences):
+        batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
         nbest = search(model, src, cfg, use_cache)
@@ -242,7 +248,7 @@ def translate_ids(
             results[i] = Translation(hyps, seconds)
         if on_batch is not None:
             on_batch(len(batch))
-    return results
+    return results  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """A subword vocabulary shared by source and target, built with Hugging Face `tokenizers`.
 
-One vocabulary serves both languages so the model can tie its embeddings. Text is NFKC-normalised,
-split at spaces (Metaspace: a word starts with `▁`, so decoding restores the spacing) and around
-punctuation and symbols (each one its own piece, with the `▁` of a space before it: ` .` is one
-piece `▁.`), then cut into subwords by BPE (default), unigram or a word-level vocabulary.
+One vocabulary serves both languages so the model can tie its embeddings. Text is NFKC-normalised
+(each run of whitespace one space, none at the ends), split at spaces (Metaspace: a word starts
+with `▁`, so decoding restores the spacing) and around punctuation and symbols (each one its own
+piece, with the `▁` of a space before it: ` .` is one piece `▁.`), then cut into subwords by BPE
+(default), unigram or a word-level vocabulary.
 Characters never seen in training become `<unk>`. The tokenizer adds no special tokens itself: the
 model puts `<s>` and `</s>` around its sequences.
 """
@@ -68,8 +69,11 @@ def train_tokenizer(
 
 
 def _with_pipeline(tok: Tokenizer) -> Tokenizer:
-    """Everything around the subword model: NFKC, the pre-tokenizer and Metaspace decoding."""
-    tok.normalizer = normalizers.NFKC()
+    """Everything around the subword model: NFKC with any run of whitespace made one space and
+    the ends stripped, the pre-tokenizer and Metaspace decoding."""
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    )
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Metaspace(), pre_tokenizers.Split(PUNCTUATION, behavior="isolated")]
     )
