@@ -206,6 +206,35 @@ def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
     assert len(hyp_path.read_text().splitlines()) == 7
 
 
+def test_hypotheses_keep_one_line_per_pair_when_a_pair_is_too_long(tmp_path, corpus_run):
+    too_long = " ".join(WORDS * 30)  # longer than the tiny model's positions
+    pairs = [("red cat", "blue dog"), (too_long, "one"), ("big bird", "small bird")]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    hyp_path = tmp_path / "h.txt"
+    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
+            "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = hyp_path.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines, the 2nd empty
+    data.write_text(f"{too_long}\tone\n", encoding="utf-8")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "all 1 pairs are longer than" in result.stderr
+
+
+def test_eval_of_a_file_without_a_test_split_says_the_test_split_is_carved(tmp_path, corpus_run):
+    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs) * 3, encoding="utf-8")
+    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--beam", "1", "--device", "cpu",
+            "--threads", "1"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "has no test split: scoring the 2 pairs carved" in " ".join(result.stderr.split())
+    assert "carved" not in runner.invoke(app, [*args, "--split", "all"]).stderr
+
+
 def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
     result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--split", "dev"])
     assert result.exit_code == 1

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import datasets
-from datasets import Dataset, DatasetDict, Features, Value
+from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from . import __version__
 from .errors import TformerError
@@ -62,14 +62,21 @@ def load_corpus(
     else:
         path = toy_corpus_dir() if str(data) == "toy" else Path(data)
         splits = _load_path(path, src_lang, tgt_lang)
+    carved = {name for name in SPLITS if name not in splits} if carve else set()
     if carve:
         splits = _carve(splits, seed, carve_size)
     return DatasetDict(
         {
-            name: Dataset.from_dict({"src": src, "tgt": tgt}, features=_FEATURES)
+            name: Dataset.from_dict(
+                {"src": src, "tgt": tgt},
+                info=DatasetInfo(description=CARVED if name in carved else "", features=_FEATURES),
+            )
             for name, (src, tgt) in splits.items()
         }
     )
+
+
+CARVED = "carved from train"  # the description of a split that the source did not hold
 
 
 def toy_corpus_dir() -> Path:

@@ -30,7 +30,7 @@ from tformer_cli import __version__
 from tformer_cli.checkpoint import RunConfig, atomic_write_text, load_run, resolve_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
-from tformer_cli.corpus import SPLITS, load_corpus
+from tformer_cli.corpus import CARVED, SPLITS, load_corpus
 from tformer_cli.decoding import translate_ids
 from tformer_cli.device import autocast, inference, setup_threads
 from tformer_cli.errors import TformerError
@@ -354,7 +354,7 @@ def evaluate_run(
     ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``."""
     if split not in (*SPLITS, "all"):
         raise TformerError(f"unknown split {split!r}: use train, valid, test or all")
-    start = time.perf_counter()
+    start, log = time.perf_counter(), console or Console(stderr=True)
     run_dir = resolve_run(model_dir)
     train = RunConfig.load(run_dir).train
     run = load_run(run_dir, device, precision or train.precision)
@@ -372,6 +372,12 @@ def evaluate_run(
     else:  # the run's seed carves the same valid/test splits as in training
         ds = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, seed=train.seed)
         pairs = ds[split]
+        if data is not None and pairs.info.description == CARVED and not quiet:
+            log.print(
+                f"note: {data} has no {split} split: scoring the {len(pairs)} pairs carved from"
+                " it with the run's seed; --split all scores every pair",
+                markup=False,
+            )
     pairs = pairs.select(range(min(limit, len(pairs)))) if limit is not None else pairs
     src, tgt = encode(run.tokenizer, pairs["src"]), encode(run.tokenizer, pairs["tgt"])
     longest = run.config.model.max_positions - 1  # room for </s> (source) or <s> (target)
@@ -384,8 +390,13 @@ def evaluate_run(
         torch.get_num_threads(),
     )  # fmt: skip
     n = len(keep)
+    if src and not n:
+        raise TformerError(
+            f"nothing to evaluate: all {len(src)} pairs are longer than the model's"
+            f" {longest} tokens"
+        )
     load = time.perf_counter() - start
-    with make_progress("eval", console or Console(stderr=True), disable=quiet) as bar:
+    with make_progress("eval", log, disable=quiet) as bar:
         task = bar.add_task("eval", total=n * (3 if cfg.search.beam > 1 else 2), info="")
         with inference(run.device, run.dtype):
             report, hyps = evaluate(
@@ -396,8 +407,11 @@ def evaluate_run(
     report = dataclasses.replace(report, timing=timing)
     if json_path is not None:
         atomic_write_text(json_path, report_json(report))
-    if hyp_path is not None:
-        atomic_write_text(hyp_path, "".join(f"{h}\n" for h in hyps))
+    if hyp_path is not None:  # a line per pair, in order: a skipped pair's is empty
+        lines = [""] * len(src)
+        for i, h in zip(keep, hyps, strict=True):
+            lines[i] = h
+        atomic_write_text(hyp_path, "".join(f"{line}\n" for line in lines))
     return report
 
 
