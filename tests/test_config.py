@@ -169,3 +169,12 @@ def test_decode_config_refuses_negative_penalties_and_limits():
     for bad in (dict(alpha=-1.0), dict(max_len_a=-1.0), dict(beam=0), dict(nbest=0)):
         with pytest.raises(TformerError):
             DecodeConfig(**bad)
+
+
+def test_a_run_keeps_its_local_data_path_absolute(tmp_path, monkeypatch, captured_trainer):
+    """So that eval and --resume find the data from any folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.tsv").write_text("a\tb\n", encoding="utf-8")
+    result = CliRunner().invoke(cli.app, ["train", "--data", "mine.tsv", "--quiet"])
+    assert "stop here" in result.output
+    assert captured_trainer["train"].data == str(tmp_path / "mine.tsv")

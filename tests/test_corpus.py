@@ -380,3 +380,15 @@ def test_multi30k_loads_with_its_standard_split_sizes() -> None:
     ds = load_corpus(str(MULTI30K), src_lang="de", tgt_lang="en")
     assert [ds[s].num_rows for s in ds] == [29000, 1014, 1000]
     assert ds["test"][0]["src"].startswith("Ein Mann mit einem orangefarbenen Hut")
+
+
+def test_absolute_data_makes_local_paths_absolute_and_keeps_names(tmp_path, monkeypatch):
+    from tformer_cli.corpus import absolute_data
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.tsv").write_text("a\tb\n", encoding="utf-8")
+    (tmp_path / "saved").mkdir()
+    assert absolute_data("mine.tsv") == str(tmp_path / "mine.tsv")
+    assert absolute_data("hf:saved:de-en") == f"hf:{tmp_path / 'saved'}:de-en"
+    for kept in ("toy", "hf:wmt16:de-en", "hf:", "missing.tsv"):
+        assert absolute_data(kept) == kept

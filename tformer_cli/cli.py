@@ -201,10 +201,11 @@ def train(
     """Train a tokenizer and a Transformer, then report test BLEU (greedy, sacrebleu).
 
     Validates every --valid-every updates (loss, perplexity, greedy BLEU), keeps the best model
-    by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits.
+    by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
     from tformer_cli.checkpoint import RunConfig
+    from tformer_cli.corpus import absolute_data
     from tformer_cli.training import STOPPING_RULES, Trainer, new_run_dir
 
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
@@ -235,6 +236,7 @@ def train(
         model_cfg, run_dir = saved.model, resume
     else:
         train_cfg = from_dict(TrainConfig, tables["train"])
+        train_cfg = dataclasses.replace(train_cfg, data=absolute_data(train_cfg.data))
         model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
         if model_cfg.positional not in ("sinusoidal", "learned"):
             raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")

@@ -79,6 +79,16 @@ def load_corpus(
 CARVED = "carved from train"  # the description of a split that the source did not hold
 
 
+def absolute_data(data: str) -> str:
+    """``data`` as a run keeps it: a local path (``hf:`` folders too) made absolute, so that
+    eval and --resume find it from any folder; ``toy`` and hub names as given."""
+    name, prefix = (data[3:], "hf:") if data.startswith("hf:") else (data, "")
+    path, sep, config = name.partition(":") if prefix else (name, "", "")
+    if data == "toy" or not path or not Path(path).exists():
+        return data
+    return f"{prefix}{Path(path).resolve()}{sep}{config}"
+
+
 def toy_corpus_dir() -> Path:
     """The toy corpus folder: the repository's `data/toy`, else one generated once into the cache.
 
