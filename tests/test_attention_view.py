@@ -254,7 +254,7 @@ def test_png_is_written_with_matplotlib(tmp_path):
 
 def test_png_without_matplotlib_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
-    with pytest.raises(TformerError, match=r"tformer\[plot\]"):
+    with pytest.raises(TformerError, match=r"pip install -e '\.\[plot\]'"):
         render.require_matplotlib()
 
 

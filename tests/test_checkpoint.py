@@ -1,12 +1,10 @@
-"""Tests for tformer_cli.checkpoint: atomic writes, config.json round trip, safe loads, runs."""
+"""Tests for tformer_cli.checkpoint: config.json round trip, safe loads, runs, averaging."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +13,6 @@ from tformer_cli.checkpoint import (
     FORMAT,
     RunConfig,
     atomic_torch_save,
-    atomic_write,
-    atomic_write_text,
     average_run,
     average_state_dicts,
     checkpoint_paths,
@@ -29,41 +25,6 @@ from tformer_cli.checkpoint import (
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.decoding import translate_ids
 from tformer_cli.errors import TformerError
-
-
-# ---------------------------------------------------------------------------- atomic writes
-def test_atomic_write_leaves_only_the_target_file(tmp_path):
-    target = tmp_path / "sub" / "config.json"
-    atomic_write_text(target, "hello\n")
-    atomic_torch_save(tmp_path / "sub" / "w.pt", {"x": torch.arange(3)})
-    assert target.read_text(encoding="utf-8") == "hello\n"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["config.json", "w.pt"]
-    assert torch.equal(torch.load(tmp_path / "sub" / "w.pt")["x"], torch.arange(3))
-
-
-def test_failing_writer_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
-    target = tmp_path / "model.pt"
-    atomic_torch_save(target, {"w": torch.ones(4)})
-    before = target.read_bytes()
-
-    def half_then_fail(tmp: Path) -> None:
-        tmp.write_bytes(before[: len(before) // 2])
-        raise OSError("disk full")
-
-    with pytest.raises(TformerError, match=r"cannot write .*model\.pt: disk full"):
-        atomic_write(target, half_then_fail)
-    assert target.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
-
-
-def test_interrupted_writer_leaves_no_temp_file(tmp_path):
-    def interrupted(tmp: Path) -> None:
-        tmp.write_text("partial", encoding="utf-8")
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write(tmp_path / "last.pt", interrupted)
-    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------- config.json
@@ -226,14 +187,6 @@ def test_load_run_with_a_model_pt_that_is_not_a_state_dict_raises_tformer_error(
     torch.save(torch.zeros(3), run_dir / "model.pt")
     with pytest.raises(TformerError):
         load_run(run_dir, device="cpu", precision="fp32")
-
-
-def test_atomic_write_to_an_unwritable_place_names_the_target(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("x")
-    target = blocker / "sub" / "out.txt"  # a folder cannot be made inside a file
-    with pytest.raises(TformerError, match=re.escape(f"cannot write {target}")):
-        atomic_write_text(target, "hello")
 
 
 # ---------------------------------------------------------------------------- averaging

@@ -301,7 +301,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise TformerError(
-            "saving .png needs matplotlib: pip install 'tformer[plot]' (or save .svg / .html)"
+            "saving .png needs matplotlib: pip install -e '.[plot]' in the tformer clone"
+            " (or pip install matplotlib), or save .svg / .html"
         ) from None
 
 

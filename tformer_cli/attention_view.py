@@ -271,10 +271,11 @@ def inspect_attention(
     and write the picture and JSON asked for. Bad options fail before any work."""
     from tformer_cli import attention_render as render
     from tformer_cli.attention_align import alignment_accuracy, read_aligned_corpus
-    from tformer_cli.checkpoint import atomic_write, atomic_write_text, load_run
+    from tformer_cli.checkpoint import load_run
     from tformer_cli.config import DecodeConfig
     from tformer_cli.decoding import search
     from tformer_cli.device import inference
+    from tformer_cli.files import atomic_write, atomic_write_text
     from tformer_cli.tokenizer import encode
 
     if kind not in KINDS:

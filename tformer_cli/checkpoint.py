@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,36 +26,12 @@ from tformer_cli import __version__
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.tokenizer import load_tokenizer
 
 RUNS_DIR = Path("runs")
 FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def atomic_torch_save(path: Path, obj: Any) -> None:

@@ -343,8 +343,9 @@ def translate(
     Reads the texts given, else --file, else piped stdin; on a terminal with nothing given it
     asks for sentences one by one. Sorts inputs by length into batches.
     """
-    from tformer_cli.checkpoint import atomic_write_text, load_run
+    from tformer_cli.checkpoint import load_run
     from tformer_cli.decoding import translate_texts
+    from tformer_cli.files import atomic_write_text
 
     k = 1 if greedy else beam
     if nbest > k:

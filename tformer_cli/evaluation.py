@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from tformer_cli import __version__
-from tformer_cli.checkpoint import RunConfig, atomic_write_text, load_run, resolve_run
+from tformer_cli.checkpoint import RunConfig, load_run, resolve_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
 from tformer_cli.corpus import CARVED, SPLITS, load_corpus
@@ -55,6 +55,7 @@ from tformer_cli.exposure import (
     table,
     tf_argmax_tokens,
 )
+from tformer_cli.files import atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.tokenizer import decode, encode
 

@@ -11,8 +11,6 @@ model puts `<s>` and `</s>` around its sequences.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from .errors import TformerError
+from .files import atomic_write
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -88,17 +87,8 @@ def pipeline_signature() -> str:
 
 
 def save_tokenizer(tok: Tokenizer, path: Path) -> None:
-    """Write `tok` as JSON atomically: a temporary file in the same folder, then `os.replace`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tok.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `tok` as JSON, atomically."""
+    atomic_write(Path(path), lambda tmp: tok.save(str(tmp)))
 
 
 def load_tokenizer(path: Path) -> Tokenizer:

@@ -23,7 +23,6 @@ from tformer_cli.batching import Batch, make_batch, padding_waste, token_batches
 from tformer_cli.checkpoint import (
     RunConfig,
     atomic_torch_save,
-    atomic_write,
     average_state_dicts,
     checkpoint_paths,
     load_state,
@@ -37,6 +36,7 @@ from tformer_cli.decoding import translate_ids
 from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.evaluation import bleu, teacher_forced
+from tformer_cli.files import atomic_write
 from tformer_cli.loss import label_smoothed_loss
 from tformer_cli.model import Transformer
 from tformer_cli.scheduled_sampling import (
