@@ -28,7 +28,7 @@ from tformer_cli.evaluation import (
     report_json,
     teacher_forced,
 )
-from tformer_cli.exposure import accumulation, fmt, gold_io, pct, tf_argmax_tokens
+from tformer_cli.exposure import accumulation, fmt, gold_io, pct, points, tf_argmax_tokens
 from tformer_cli.tokenizer import decode, train_tokenizer
 
 from .conftest import WORDS
@@ -139,7 +139,7 @@ def test_json_holds_the_numbers_of_the_dataclass_and_of_the_printed_report(stub_
         pct(data["accumulation"]["buckets"][1]["err_clean"]),
         f"{data['accumulation']['excess_error_pct']:+.1f}%",
         pct(data["prefix_noise"]["levels"][2]["acc"]),
-        pct(data["prefix_noise"]["drop"], "+.2f"),
+        points(data["prefix_noise"]["drop"]),
         fmt(data["length_decay"]["quartiles"][3]["tf_chrf"]),
         fmt(data["length_decay"]["decay_ratio"], ".3f"),
         data["greedy"]["bleu_signature"],

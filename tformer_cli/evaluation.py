@@ -417,16 +417,22 @@ def evaluate_run(
 
 
 # ---------------------------------------------------------------------------- rendering
+def counted(n: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def render_report(r: EvalReport) -> Group:
     """The report as rich tables, in the order of EXPOSURE_BIAS.md (sections 1-6)."""
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
-    plural = "s" if s.threads != 1 else ""
-    threads = f", {s.threads} CPU thread{plural}" if s.device == "cpu" else ""
+    threads = f", {counted(s.threads, 'CPU thread')}" if s.device == "cpu" else ""
+    beam, alpha = r.config.search.beam, r.config.search.alpha
+    search = "greedy only" if beam == 1 else f"beam {beam}, alpha {alpha}"
     head = Text.assemble(
         ("tformer eval  ", "bold"),
         f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
-        f" | beam {r.config.search.beam}, alpha {r.config.search.alpha}",
+        f" | {search}",
     )
     searches = [x for x in (r.greedy, r.beam) if x is not None]
     quality = table(
@@ -454,12 +460,13 @@ def render_report(r: EvalReport) -> Group:
         labels=False,
     )
     z, t = r.sizes, r.timing
+    beam_time = f" beam {t.beam:.1f} s," if t.beam is not None else ""
     footer = Text(
-        f"sample: {z.sentences} sentences, {z.source_tokens} source tokens, {z.target_tokens} "
-        f"target tokens (with </s>); {z.skipped_too_long} pairs skipped (longer than the model's "
-        f"positions)\ntime: {t.total:.1f} s (load {fmt(t.load, '.1f')} s, greedy {t.greedy:.1f} s,"
-        f" beam {fmt(t.beam, '.1f')} s, teacher-forced passes {t.teacher_forced:.1f} s,"
-        f" scoring {t.scoring:.1f} s)"
+        f"sample: {counted(z.sentences, 'sentence')}, {z.source_tokens} source tokens,"
+        f" {z.target_tokens} target tokens (with </s>); {counted(z.skipped_too_long, 'pair')}"
+        f" skipped (longer than the model's positions)\ntime: {t.total:.1f} s"
+        f" (load {fmt(t.load, '.1f')} s, greedy {t.greedy:.1f} s,{beam_time}"
+        f" teacher-forced passes {t.teacher_forced:.1f} s, scoring {t.scoring:.1f} s)"
     )
     return Group(
         head,

@@ -59,6 +59,11 @@ def pct(value: float | None, spec: str = ".2f") -> str:
     return "n/a" if value is None else f"{100 * value:{spec}}%"
 
 
+def points(value: float | None) -> str:
+    """A difference of two shares in percentage points, signed: ``+3.42 pp``."""
+    return "n/a" if value is None else f"{100 * value:+.2f} pp"
+
+
 def table(
     title: str,
     columns: Sequence[str],
@@ -373,12 +378,12 @@ def render_accumulation(a: Accumulation) -> tuple[Group, Text]:
             str(b.positions),
             pct(b.err_clean),
             pct(b.err_self),
-            pct(diff(b.err_self, b.err_clean), "+.2f"),
+            points(diff(b.err_self, b.err_clean)),
         ]
         for b in a.buckets
     ]
     rows.append(
-        ["all", str(a.positions), pct(a.err_clean), pct(a.err_self), pct(a.excess_error, "+.2f")]
+        ["all", str(a.positions), pct(a.err_clean), pct(a.err_self), points(a.excess_error)]
     )
     rates = [v for b in a.buckets for v in (b.err_clean, b.err_self) if v is not None]
     lo, hi = min(rates, default=None), max(rates, default=None)
@@ -406,7 +411,7 @@ def render_prefix_noise(p: PrefixNoise) -> Group:
             f"{x.q:g}",
             pct(x.acc),
             pct(x.clean_acc_same_positions),
-            pct(x.paired_drop, "+.2f"),
+            points(x.paired_drop),
             str(x.kept),
             str(x.replaced),
         ]
@@ -417,8 +422,8 @@ def render_prefix_noise(p: PrefixNoise) -> Group:
         " non-special tokens, on positions whose own input was kept; clean acc: the clean pass on"
         " the same"
         f" positions (seed {p.seed})\n"
-        f"drop q=0 -> {p.levels[-1].q:g}: {pct(p.drop, '+.2f')} (as defined: all positions at q=0"
-        f" vs kept ones); paired drop on the same positions: {pct(p.paired_drop, '+.2f')}"
+        f"drop q=0 -> {p.levels[-1].q:g}: {points(p.drop)} (as defined: all positions at q=0"
+        f" vs kept ones); paired drop on the same positions: {points(p.paired_drop)}"
     )
     return table(
         "5. Prefix-noise sensitivity",
