@@ -195,6 +195,9 @@ def test_new_run_dir_refuses_to_overwrite_a_trained_run(tmp_path):
     with pytest.raises(TformerError, match="--resume"):
         new_run_dir(tmp_path, "x", "toy")
     assert new_run_dir(tmp_path, None, "data/my-corpus").name.startswith("my-corpus-")
+    for name in ("../escape", "a/b", "..", ""):
+        with pytest.raises(TformerError, match="plain folder name"):
+            new_run_dir(tmp_path, name, "toy")
 
 
 def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():

@@ -148,6 +148,11 @@ def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
         bad = sorted(set(recipe.get(table, {})) - names)
         if bad:
             raise TformerError(f"{path}: unknown [{table}] settings {', '.join(bad)}")
+    try:  # check the values here, so that an error names the file
+        from_dict(ModelConfig, {"vocab_size": 1, **recipe.get("model", {})})
+        from_dict(TrainConfig, recipe.get("train", {}))
+    except TformerError as e:
+        raise TformerError(f"{path}: {e}") from None
     return recipe
 
 

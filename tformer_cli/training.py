@@ -480,6 +480,8 @@ def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
     if name is None:
         stem = Path(data.removeprefix("hf:")).name or "run"
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
+        raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
     run_dir = runs_dir / name
     if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
         raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
