@@ -33,7 +33,10 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-tokenizer_app = typer.Typer(help="Train and inspect subword tokenizers.", no_args_is_help=True)
+tokenizer_app = typer.Typer(
+    help="Try subword tokenizers on a corpus before training (tformer train makes its own).",
+    no_args_is_help=True,
+)
 app.add_typer(tokenizer_app, name="tokenizer")
 
 err = Console(stderr=True, soft_wrap=True)
@@ -512,10 +515,12 @@ def tokenizer_train(
     data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
-    vocab_size: Annotated[int, typer.Option(help="Vocabulary size.")] = 8000,
+    vocab_size: Annotated[int, typer.Option(help="Vocabulary size.")] = T.vocab_size,
     kind: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = "bpe",
 ) -> None:
-    """Train a shared source+target tokenizer and print its statistics on the validation split."""
+    """Train a shared source+target tokenizer as tformer train would, and print its statistics
+    on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
+    --kind choices before training a model."""
     from tformer_cli.corpus import load_corpus
     from tformer_cli.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
