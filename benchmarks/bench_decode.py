@@ -14,6 +14,7 @@ says how busy they were; ``--threads 1`` is the steadier comparison on a shared 
     python benchmarks/bench_decode.py              # full table, about 2-3 minutes on 2 cores
     python benchmarks/bench_decode.py --threads 1  # the same, one thread per system
     python benchmarks/bench_decode.py --quick      # one round, 2 sentences at batch 1
+    python benchmarks/bench_decode.py --profile    # and where a greedy step's time goes
 """
 
 from __future__ import annotations
@@ -220,6 +221,31 @@ def ctranslate2_worker(path: str, threads: int, conn: Connection) -> None:
         conn.send([len(r.hypotheses[0]) for r in results])
 
 
+# The matrix and attention kernels: what a leaner loop around them could not make faster.
+KERNELS = (
+    "aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+)  # fmt: skip
+
+
+def step_profile(run: Run, src: Tensor, length: int) -> tuple[float, float, float]:
+    """Milliseconds per greedy step: wall time (one run, no profiler), then under the profiler
+    the self time of the matrix/attention kernels and of every other aten op. What the wall
+    time holds beyond the two is Python and dispatch overhead (the profiler adds some)."""
+    from torch.profiler import profile
+
+    t = time.perf_counter()
+    run(src, 1, length)
+    wall = time.perf_counter() - t
+    with profile() as prof:
+        run(src, 1, length)
+    events = prof.key_averages()
+    kernels = sum(e.self_cpu_time_total for e in events if e.key in KERNELS)
+    ops = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::"))
+    per_step = 1e3 / length  # s -> ms per step; the profiler counts microseconds
+    return wall * per_step, kernels * per_step / 1e6, (ops - kernels) * per_step / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round, 2 sentences at batch 1")
@@ -232,6 +258,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: every core (setup_threads)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate()")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument(
+        "--profile", action="store_true", help="also: where a greedy step's time goes, vs HF"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.sentences = 1, 2
@@ -333,8 +362,26 @@ def main() -> None:
             for s in settings
         )
         print(f"\ntformer (cache) throughput / CTranslate2: {ratios}")
+    if args.profile:
+        print_profile(systems, work, settings, args.length)
     print(f"\n# {seconds_all:.0f} s in all")
     workdir.cleanup()
+
+
+def print_profile(
+    systems: list[System], work: dict[Setting, list[Tensor]], settings: list[Setting], length: int
+) -> None:
+    """A table of ``step_profile`` for tformer (cache) and HF, greedy at each batch size."""
+    print("\nWhere a greedy step's time goes (ms per step; kernels: matmuls and attention):\n")
+    print("| setting | system | step (wall) | kernels | other ops | Python and dispatch |")
+    print("|---|---|---:|---:|---:|---:|")
+    for s in (s for s in settings if s.beam == 1):
+        for m in systems:
+            if m.name in ("tformer, cache", "HF generate()"):
+                wall, kernels, ops = step_profile(m.run, work[s][0], length)
+                rest = max(0.0, wall - kernels - ops)
+                print(f"| {s.label} | {m.name} | {wall:.2f} | {kernels:.2f} | {ops:.2f}"
+                      f" | {rest:.2f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
