@@ -94,16 +94,16 @@ class MultiHeadAttention(nn.Module):
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's K, V"
             q = self.w_q(x).view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
-            k, v = kv  # (B', h, S, d_k)
+            k, v = kv.unbind(0)  # (B', h, S, d_k)
         else:
             qkv = self.w_qkv(x).view(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4)
             # (B, T, 3d) -> (3, B, h, T, d_k): Q, K, V stacked, heads split
             if cache is None:
-                q, k, v = qkv  # 3 x (B, h, T, d_k)
+                q, k, v = qkv.unbind(0)  # 3 x (B, h, T, d_k)
             else:
-                end = start + T
-                cache[:, :, :, start:end] = qkv[1:]  # the new K, V: (2, B, h, T, d_k)
-                q, (k, v) = qkv[0], cache[:, :, :, :end]  # K, V: (B, h, end, d_k)
+                cache.narrow(3, start, T).copy_(qkv[1:])  # the new K, V: (2, B, h, T, d_k)
+                q, (k, v) = qkv[0], cache.narrow(3, 0, start + T).unbind(0)
+                # K, V: (B, h, start + T, d_k), the cached slots and the new ones
         B, h, T, d_k = q.shape
         n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
         if n > 1:
@@ -112,7 +112,7 @@ class MultiHeadAttention(nn.Module):
             )  # (B', h, nT, d_k)
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
-        if self.record_weights or (q.device.type == "cpu" and torch.is_grad_enabled()):
+        if self.record_weights or (torch.is_grad_enabled() and q.device.type == "cpu"):
             # Explicit ops: to keep the weights, and to train on CPU, where autograd through
             # them ran 1.3x (fp32) to 4x (bf16) faster than the fused kernel's backward.
             if causal:  # the mask the fused kernel applies by itself (T == S)

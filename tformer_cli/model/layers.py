@@ -49,7 +49,8 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(cfg.d_model)
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
         nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
-        if cfg.positional == "learned":
+        self.is_learned = cfg.positional == "learned"
+        if self.is_learned:
             self.learned = nn.Parameter(torch.randn(cfg.max_positions, cfg.d_model) * 0.02)
         else:
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.max_positions, cfg.d_model))
@@ -57,7 +58,7 @@ class Embeddings(nn.Module):
 
     @property
     def positions(self) -> Tensor:
-        return self.learned if hasattr(self, "learned") else self.sinusoid
+        return self.learned if self.is_learned else self.sinusoid
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B, T) at positions start .. start+T -> (B, T, d_model)."""

@@ -103,7 +103,7 @@ class Transformer(nn.Module):
                 x = layer(x, tgt_mask, layer.cross_attn.project_kv(memory), src_mask, causal=causal)
         else:
             for layer, self_kv, cross_kv in zip(
-                self.decoder, cache.self_kv, cache.cross_kv, strict=True
+                self.decoder, cache.self_kv.unbind(0), cache.cross_kv.unbind(0), strict=True
             ):
                 x = layer(x, tgt_mask, cross_kv, cache.src_mask, self_kv, start, causal)
             cache.length += T
