@@ -164,7 +164,7 @@ def test_an_interrupted_training_exits_130_and_says_how_to_resume(tmp_path, monk
     monkeypatch.setattr(Trainer, "run", interrupted_run)
     result = invoke("train", "--name", "cut", "--quiet")
     assert result.exit_code == 130, result.output
-    assert "--resume runs/cut" in result.stderr
+    assert "--resume runs/cut" in result.stderr and "no model.pt yet" in result.stderr
 
 
 def test_resume_without_last_pt_is_an_error(tmp_path):

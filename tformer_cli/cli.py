@@ -253,6 +253,8 @@ def train(
     out.print(f"run: {result.run_dir}", markup=False)
     if result.interrupted:  # exit as an interrupted program does, so that `&&` stops here
         hint = f"interrupted: continue with tformer train --resume {result.run_dir}"
+        if not (result.run_dir / "model.pt").exists():
+            hint += " (no model.pt yet: translate and eval use the newest run that has one)"
         err.print(hint, markup=False)
         raise typer.Exit(130)
 
