@@ -133,6 +133,15 @@ def test_no_training_pair_under_max_len_is_an_error_leaving_no_run(
     assert not (tmp_path / "run").exists()
 
 
+def test_log_of_a_run_of_two_whole_epochs_never_says_epoch_3(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    trainer, _ = run(tmp_path / "run", tiny_corpus, max_steps=0, max_epochs=2, valid_every=100)
+    assert (trainer.state.epoch, trainer.state.batch_in_epoch) == (2, 0)
+    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    assert {json.loads(line)["epoch"] for line in lines} <= {1, 2}
+
+
 def test_resume_continues_bit_for_bit(tmp_path, tiny_corpus, single_thread_trainer):
     """16 steps straight == 8 steps, then --resume for 8 more (dropout on: the RNG is restored).
     The resumed run is asked for another lr: only the stopping rules may change."""

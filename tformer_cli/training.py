@@ -377,11 +377,11 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
     def _log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to log.jsonl with the step and the epoch (1-based) it belongs to."""
+        s = self.state
+        epoch = s.epoch if s.batch_in_epoch == 0 and s.step else s.epoch + 1  # one just ended?
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(
-                json.dumps({"step": self.state.step, "epoch": self.state.epoch + 1, **record})
-                + "\n"
-            )
+            f.write(json.dumps({"step": s.step, "epoch": epoch, **record}) + "\n")
 
     def _stop_reason(self) -> str | None:
         cfg, s = self.cfg, self.state
