@@ -399,11 +399,13 @@ class Trainer:
         cfg, s = self.cfg, self.state
         n_params = sum(p.numel() for p in self.model.parameters())
         first = self._epoch_batches(s.epoch)
+        longest = max(self.lengths)  # a pair over --max-tokens gets a batch of its own
+        size = f"<= {cfg.max_tokens}" if longest <= cfg.max_tokens else f"<= {longest} (one pair)"
         self.console.log(
             f"model {n_params / 1e6:.2f}M parameters on {self.device.type}"
             f" ({'fp32' if self.dtype is None else 'bf16 autocast'});"
             f" {len(self.lengths)} training pairs,"
-            f" {len(first)} batches/epoch of <= {cfg.max_tokens} tokens"
+            f" {len(first)} batches/epoch of {size} tokens"
             f" ({padding_waste(first, self.lengths):.0%} padding)"
         )
         total = cfg.max_steps or (
