@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -107,3 +108,14 @@ def test_training_with_eps_below_one_changes_the_updates(
     )  # fmt: skip
     a, b = plain.model.state_dict(), ss.model.state_dict()
     assert not all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_the_training_log_records_eps(tmp_path, tiny_corpus, single_thread_trainer, monkeypatch):
+    from tformer_cli import training
+
+    monkeypatch.setattr(training, "LOG_EVERY", 2)
+    run(tmp_path / "ss", tiny_corpus, max_steps=6, valid_every=100, scheduled_sampling="linear",
+        ss_k=0.1)  # fmt: skip
+    lines = [json.loads(x) for x in (tmp_path / "ss" / "log.jsonl").read_text().splitlines()]
+    eps = {r["step"]: r["eps"] for r in lines if "eps" in r}
+    assert eps == pytest.approx({2: 0.9, 4: 0.7, 6: 0.5})  # 1 - k*i at updates i = 1, 3, 5

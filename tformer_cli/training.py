@@ -283,13 +283,10 @@ class Trainer:
         self.state.step += 1
         return loss, n_tokens
 
-    @property
-    def eps(self) -> float:
-        """Teacher-forcing probability eps_i of scheduled sampling at the current update."""
+    def eps(self, i: int) -> float:
+        """Teacher-forcing probability eps_i of scheduled sampling at update i (from 0)."""
         c = self.cfg
-        return teacher_forcing_prob(
-            self.state.step, c.scheduled_sampling, c.ss_k, c.ss_min, c.ss_warmup
-        )
+        return teacher_forcing_prob(i, c.scheduled_sampling, c.ss_k, c.ss_min, c.ss_warmup)
 
     def _decoder_input(self, b: Batch) -> torch.Tensor:
         """Gold ``<s> y`` (teacher forcing), or scheduled sampling's pass-2 input (B, T).
@@ -305,7 +302,7 @@ class Trainer:
             logits = self.model(b.src, b.tgt_in)  # (B, T, V)
         self.model.train()
         predicted = model_predictions(logits, c.ss_mix, c.ss_tau, self.ss_generator)
-        return mix_inputs(b.tgt_in, predicted, self.eps, self.ss_generator)
+        return mix_inputs(b.tgt_in, predicted, self.eps(self.state.step), self.ss_generator)
 
     # ----------------------------------------------------------------- validation
     def greedy_bleu(self, split: str, limit: int | None = None) -> float:
@@ -433,9 +430,10 @@ class Trainer:
                         lr = lr_at(s.step, cfg)
                         info = f"loss {loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
                         progress.update(task, info=info)
-                        self._log(
-                            {"loss": loss, "lr": lr, "tgt_tokens_per_s": tps, "elapsed": s.elapsed}
-                        )
+                        record = {"loss": loss, "lr": lr, "tgt_tokens_per_s": tps}
+                        if cfg.scheduled_sampling != "off":  # of the update just made
+                            record["eps"] = self.eps(s.step - 1)
+                        self._log({**record, "elapsed": s.elapsed})
                     progress.update(task, completed=s.step)
                     if s.step % cfg.valid_every == 0:
                         t0 = time.perf_counter()
