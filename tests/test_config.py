@@ -127,6 +127,11 @@ def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
     )
     assert captured_trainer["model"].d_model == 64
     assert "--d-model, --lr ignored" in result.stderr
+    result = runner.invoke(
+        cli.app, ["train", "--resume", str(run), "--preset", "multi30k", "--name", "x"]
+    )
+    assert "--name, --preset ignored" in result.stderr
+    assert captured_trainer["train"] == saved and captured_trainer["run_dir"] == run
 
 
 @pytest.mark.parametrize(

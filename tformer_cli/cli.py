@@ -215,11 +215,13 @@ def train(
     recipe = load_recipe(preset) if preset else {}
     for table in tables:
         tables[table].update(recipe.get(table, {}))
-    given: set[str] = set()  # options set on the command line
-    for option, (table, *fields) in TRAIN_OPTIONS.items():
+
+    def is_given(option: str) -> bool:  # set on the command line, not left at its default
         source = ctx.get_parameter_source(option)  # an enum of click's, or of typer's own copy
-        if source is not None and source.name != "DEFAULT":
-            given.add(option)
+        return source is not None and source.name != "DEFAULT"
+
+    given = {option for option in TRAIN_OPTIONS if is_given(option)}
+    for option, (table, *fields) in TRAIN_OPTIONS.items():
         for field in fields:
             if option in given or field not in tables[table]:
                 tables[table][field] = ctx.params[option]
@@ -229,7 +231,9 @@ def train(
             raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
         saved = RunConfig.load(resume)
         stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in STOPPING_RULES}
-        ignored = sorted(given - set(stops))
+        ignored = sorted(
+            {o for o in (*given, "preset", "name", "runs_dir") if is_given(o)} - set(stops)
+        )
         if ignored:
             names = ", ".join("--" + o.replace("_", "-") for o in ignored)
             log.print(f"note: {names} ignored: a resumed run keeps its settings", markup=False)
