@@ -85,6 +85,11 @@ def main() -> None:
     parser.add_argument("--ss-min", type=float, default=0.7)
     parser.add_argument("--out", type=Path, default=Path("runs/exposure-bias"))
     args = parser.parse_args()
+    if args.steps <= args.ss_warmup:
+        raise SystemExit(
+            f"--steps {args.steps} <= --ss-warmup {args.ss_warmup}: scheduled sampling would never"
+            " start (pass a smaller --ss-warmup)"
+        )
     slope = (1 - args.ss_min) / max(1, args.steps - args.ss_warmup)
     ss = dict(scheduled_sampling="linear", ss_k=slope, ss_min=args.ss_min, ss_warmup=args.ss_warmup)
     runs = {"TF": args.out / "tf", "SS": args.out / "ss"}
