@@ -73,6 +73,12 @@ def test_help_of_every_command_exits_zero(path):
     assert "Usage:" in result.stdout
 
 
+def test_command_help_paragraphs_are_one_line_each_for_the_terminal_to_wrap():
+    for info in [*app.registered_commands, *cli.tokenizer_app.registered_commands]:
+        paragraphs = info.help.split("\n\n")
+        assert info.help and not any("\n" in p for p in paragraphs), info.name
+
+
 def test_no_arguments_shows_help():
     result = invoke()
     assert "Usage:" in result.output and "translate" in result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
 import sys
@@ -540,6 +541,18 @@ def tokenizer_train(
             f" unknown rate {stats.unk_rate:.2%}"
         )
     out.print(f"vocabulary: {tok.get_vocab_size()} types -> {output}", markup=False)
+
+
+def reflow_help(*apps: typer.Typer) -> None:
+    """Join each help paragraph's lines, so the terminal wraps them (Typer keeps a docstring's
+    line breaks, which made ragged lines in an 80-column terminal)."""
+    for typer_app in apps:
+        for info in typer_app.registered_commands:
+            doc = inspect.getdoc(info.callback) or ""
+            info.help = "\n\n".join(" ".join(p.split("\n")) for p in doc.split("\n\n"))
+
+
+reflow_help(app, tokenizer_app)
 
 
 def main() -> None:
