@@ -75,11 +75,20 @@ def test_mix_takes_gold_with_probability_eps():
 
 
 def test_sampled_predictions_follow_the_tempered_distribution():
-    logits = torch.log(torch.tensor([0.7, 0.2, 0.1])).expand(1, 5000, 3)
+    probs = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.7, 0.2, 0.1])  # on ids 4, 5, 6
+    logits = torch.log(probs).expand(1, 5000, 7)
     tokens = model_predictions(logits, "sample", 1.0, torch.Generator().manual_seed(0))
-    freq = torch.bincount(tokens.flatten(), minlength=3).float() / 5000
-    assert freq.tolist() == pytest.approx([0.7, 0.2, 0.1], abs=0.03)
-    assert model_predictions(logits, "argmax", 1.0, torch.Generator()).eq(0).all()
+    freq = torch.bincount(tokens.flatten(), minlength=7).float() / 5000
+    assert freq[4:].tolist() == pytest.approx([0.7, 0.2, 0.1], abs=0.03)
+    assert model_predictions(logits, "argmax", 1.0, torch.Generator()).eq(4).all()
+
+
+@pytest.mark.parametrize("mix", ["argmax", "sample"])
+def test_predictions_are_never_pad_or_bos(mix):
+    logits = torch.zeros(2, 50, 6)
+    logits[..., PAD_ID] = logits[..., BOS_ID] = 10.0  # the model's favourites
+    tokens = model_predictions(logits, mix, 1.0, torch.Generator().manual_seed(0))
+    assert not ((tokens == PAD_ID) | (tokens == BOS_ID)).any()
 
 
 def test_training_with_eps_one_equals_teacher_forcing(tmp_path, tiny_corpus, single_thread_trainer):

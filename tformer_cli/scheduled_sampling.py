@@ -24,7 +24,7 @@ def teacher_forcing_prob(
 ) -> float:
     """eps_i after ``warmup`` updates of pure teacher forcing (i = step - warmup):
 
-    linear: max(eps_min, 1 - k*i); exp: k**i (k < 1); inverse-sigmoid: k / (k + exp(i/k)) (k >= 1).
+    linear: max(eps_min, 1 - k*i); exp: k**i (k <= 1); inverse-sigmoid: k / (k + exp(i/k)) (k >= 1).
     """
     if schedule == "off" or step < warmup:
         return 1.0
@@ -34,7 +34,7 @@ def teacher_forcing_prob(
         return max(eps_min, 1.0 - k * i)
     if schedule == "exp":
         return k**i
-    return k / (k + math.exp(min(i / k, 700.0)))
+    return k / (k + math.exp(min(i / k, 700.0)))  # exp overflows a float past ~709
 
 
 def check_schedule(schedule: str, k: float | None, mix: str) -> None:
@@ -54,10 +54,13 @@ def check_schedule(schedule: str, k: float | None, mix: str) -> None:
 
 
 def model_predictions(logits: Tensor, mix: str, tau: float, generator: torch.Generator) -> Tensor:
-    """Pass-1 tokens from logits (B, T, V): argmax, or a sample at temperature tau. (B, T)."""
+    """Pass-1 tokens from logits (B, T, V): argmax, or a sample at temperature tau. (B, T).
+    Never ``<pad>`` or ``<s>``, which decoding never emits either."""
+    never = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
+    logits = logits.float().index_fill(-1, never, float("-inf"))  # (B, T, V)
     if mix == "argmax":
         return logits.argmax(dim=-1)
-    probs = (logits.float() / tau).softmax(dim=-1)  # (B, T, V)
+    probs = (logits / tau).softmax(dim=-1)  # (B, T, V)
     flat = torch.multinomial(probs.flatten(0, 1), 1, generator=generator)  # (B*T, 1)
     return flat.view(logits.shape[:2])
 
@@ -66,6 +69,6 @@ def mix_inputs(tgt_in: Tensor, predicted: Tensor, eps: float, generator: torch.G
     """Pass-2 decoder input: gold ``tgt_in`` (B, T) where a coin with P(gold) = eps says so,
     else the prediction made one position earlier. ``<s>`` and padding stay as they are."""
     shifted = torch.cat([tgt_in[:, :1], predicted[:, :-1]], dim=1)  # (B, T): prediction for slot t
-    gold = torch.rand(tgt_in.shape, generator=generator) < eps
+    gold = torch.rand(tgt_in.shape, generator=generator, device=tgt_in.device) < eps
     gold |= (tgt_in == BOS_ID) | (tgt_in == PAD_ID)
-    return torch.where(gold.to(tgt_in.device), tgt_in, shifted)
+    return torch.where(gold, tgt_in, shifted)

@@ -227,7 +227,8 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainState()
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
-        self.ss_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        # scheduled sampling's own random numbers, drawn on the device the batches live on
+        self.ss_generator = torch.Generator(self.device).manual_seed(cfg.seed + 1)
         if resume:
             self._load_last()
         self.lengths = [
