@@ -94,7 +94,7 @@ def test_feed_forward_is_relu_of_first_layer_then_second_layer():
 
 def test_post_norm_residual_is_layer_norm_of_x_plus_sublayer():
     torch.manual_seed(4)
-    res = Residual(6, dropout=0.0, pre_norm=False).eval()
+    res = Residual(6, p=0.0, pre_norm=False).eval()
     x = torch.randn(2, 3, 6)
     sub = torch.nn.Linear(6, 6)
     expected = F.layer_norm(x + sub(x), (6,))  # LayerNorm starts at weight 1, bias 0
@@ -103,7 +103,7 @@ def test_post_norm_residual_is_layer_norm_of_x_plus_sublayer():
 
 def test_pre_norm_residual_is_x_plus_sublayer_of_layer_norm():
     torch.manual_seed(5)
-    res = Residual(6, dropout=0.0, pre_norm=True).eval()
+    res = Residual(6, p=0.0, pre_norm=True).eval()
     x = torch.randn(2, 3, 6)
     sub = torch.nn.Linear(6, 6)
     expected = x + sub(F.layer_norm(x, (6,)))

@@ -110,7 +110,9 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How translations are searched for: length limits ``min_len <= |Y| <= a * |src| + b``."""
+    """How translations are searched for. Length limits: ``</s>`` may end a translation once it
+    has ``min_len`` tokens; at most ``a * |src| + b`` tokens are generated, ``</s>`` included,
+    with ``|src|`` the source tokens plus its ``</s>``."""
 
     beam: int = 1
     alpha: float = 0.6

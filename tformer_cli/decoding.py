@@ -172,7 +172,7 @@ def beam_search(
                     length_penalty(t + 2, cfg.alpha),
                     length_penalty(int(limits[sent[i]]), cfg.alpha),
                 )
-                best_reachable = float(scores[i, 0]) / (reach if scores[i, 0] < 0 else 1.0)
+                best_reachable = float(scores[i, 0]) / reach  # scores are <= 0
                 done[i] = best_reachable <= worst
         if done.any():
             keep = (~done).nonzero().flatten()  # (b',)

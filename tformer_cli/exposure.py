@@ -205,12 +205,12 @@ def accumulation(
     n, clean, self_ = (sum(c[k] for c in counts) for k in range(3))
     err_clean, err_self = ratio(clean, n), ratio(self_, n)
     excess = diff(err_self, err_clean)
-    pct = None if excess is None or not err_clean else 100 * excess / err_clean
+    excess_pct = None if excess is None or not err_clean else 100 * excess / err_clean
     buckets = [
         Bucket(first, last, c[0], ratio(c[1], c[0]), ratio(c[2], c[0]))
         for (first, last), c in zip(BUCKETS, counts, strict=True)
     ]
-    return Accumulation(err_clean, err_self, excess, pct, n, with_error, len(gold), buckets)
+    return Accumulation(err_clean, err_self, excess, excess_pct, n, with_error, len(gold), buckets)
 
 
 def sparkline(
@@ -246,7 +246,7 @@ class NoiseLevel:
 
 @dataclass(frozen=True)
 class PrefixNoise:
-    """Section 5: accuracy per noise level; the drop from ``q = 0`` to the highest ``q`` as
+    """Section 5: accuracy per noise level; the drop from ``q = 0`` to the last ``q`` as
     defined (``drop``: all positions at 0 vs kept positions at q) and paired on the same
     positions (``paired_drop``: 0 exactly for a model that ignores earlier context)."""
 
@@ -286,7 +286,7 @@ def noise_level(
     replaced: Sequence[Sequence[bool]],
 ) -> NoiseLevel:
     """Accuracy of the noisy pass and of the clean pass on the positions whose own decoder-input
-    token was kept (position t reads input t: ``<s>`` at t = 1, never replaced)."""
+    token was kept (position t, from 0, reads input t: ``<s>`` at t = 0, never replaced)."""
     kept = noisy_ok = clean_ok = n_replaced = 0
     for g, a, b, r in zip(gold, clean_preds, noisy_preds, replaced, strict=True):
         for t in range(len(g)):

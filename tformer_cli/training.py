@@ -272,7 +272,6 @@ class Trainer:
 
     def _step(self, batches: list[list[int]]) -> tuple[float, int]:
         """One update from ``accum`` batches: (mean loss per target token, target tokens)."""
-        self.model.train()
         lr = lr_at(self.state.step + 1, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr

@@ -50,7 +50,8 @@ class MultiHeadAttention(nn.Module):
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
     from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
     Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
+    ``weights`` (B, h, T, S); training on the CPU takes the explicit path too (its backward is
+    faster there); otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
     """
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
@@ -123,7 +124,7 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if n > 1:
             out = out.view(-1, h, n, T, d_k).transpose(1, 2).reshape(B, h, T, d_k)  # (B, h, T, d_k)
-            if self.weights is not None and self.record_weights:
+            if self.record_weights:
                 self.weights = self.weights.view(-1, h, n, T, k.size(2)).transpose(1, 2)
                 self.weights = self.weights.reshape(B, h, T, k.size(2))  # (B, h, T, S)
         out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, h, T, d_k) -> (B, T, d)

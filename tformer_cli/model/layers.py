@@ -23,7 +23,7 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, d_model/2)
     pe = torch.zeros(max_len, d_model)
     pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])  # one cosine fewer when d_model is odd
     return pe
 
 
@@ -47,10 +47,13 @@ class Embeddings(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.scale = math.sqrt(cfg.d_model)
+        # padding_idx: lookups of <pad> add no gradient (the row is initialised like the others;
+        # padded positions are masked everywhere, and a tied output layer still trains the row)
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
         nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
         self.is_learned = cfg.positional == "learned"
         if self.is_learned:
+            # small next to the sqrt(d)-scaled token embeddings (unit variance), as in BERT/GPT-2
             self.learned = nn.Parameter(torch.randn(cfg.max_positions, cfg.d_model) * 0.02)
         else:
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.max_positions, cfg.d_model))
@@ -79,15 +82,16 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """A sublayer with its residual connection and LayerNorm (section 5.4, "Residual Dropout").
+    """A sublayer with its residual connection and LayerNorm (sections 3.1 and 5.4, "Residual
+    Dropout").
 
     post-LN (the paper's): LayerNorm(x + Dropout(Sublayer(x)));
     pre-LN: x + Dropout(Sublayer(LayerNorm(x))), which trains without warm-up trouble.
     """
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+    def __init__(self, d_model: int, p: float, pre_norm: bool) -> None:
         super().__init__()
-        self.norm, self.p, self.pre_norm = nn.LayerNorm(d_model), dropout, pre_norm
+        self.norm, self.p, self.pre_norm = nn.LayerNorm(d_model), p, pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:

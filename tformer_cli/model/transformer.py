@@ -16,7 +16,7 @@ PAD_ID = 0
 
 @dataclass
 class DecoderCache:
-    """Decoder state for incremental decoding: one new token per row and step.
+    """Decoder state for incremental decoding: one or more new tokens per row and step.
 
     Self-attention keys/values live in a preallocated buffer written in place at slot ``length``
     (never grown by ``torch.cat``). Cross-attention keys/values are projected from the memory
@@ -60,6 +60,10 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # Xavier on every matrix but the embeddings (N(0, 1/d): times sqrt(d) gives unit-variance
+        # inputs, and tied output logits start small). On the fused (3d, d) W^Q|W^K|W^V this is
+        # Xavier per block with gain 1/sqrt(2), the scaling fairseq chooses on purpose; on the
+        # cross-attention (2d, d) W^K|W^V, gain sqrt(2/3).
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
                 nn.init.xavier_uniform_(p)
