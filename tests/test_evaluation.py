@@ -220,7 +220,7 @@ def test_hypotheses_keep_one_line_per_pair_when_a_pair_is_too_long(tmp_path, cor
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines, the 2nd empty
     data.write_text(f"{too_long}\tone\n", encoding="utf-8")
     result = runner.invoke(app, args)
-    assert result.exit_code == 1 and "all 1 pairs are longer than" in result.stderr
+    assert result.exit_code == 1 and "every pair (1) is longer than" in result.stderr
 
 
 def test_eval_of_a_file_without_a_test_split_says_the_test_split_is_carved(tmp_path, corpus_run):

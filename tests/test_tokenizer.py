@@ -122,6 +122,18 @@ def test_min_frequency_keeps_rare_words_out_of_a_word_level_vocabulary() -> None
     assert tok.get_vocab_size() == len(SPECIAL_TOKENS) + 1
 
 
+def test_saved_tokenizer_gets_the_usual_permissions(tok: Tokenizer, tmp_path: Path) -> None:
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        save_tokenizer(tok, tmp_path / "tok.json")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "tok.json").stat().st_mode) == 0o644  # not mkstemp's 0600
+
+
 def test_save_then_load_gives_the_same_encoding(tok: Tokenizer, tmp_path: Path) -> None:
     path = tmp_path / "run" / "tokenizer.json"
     save_tokenizer(tok, path)

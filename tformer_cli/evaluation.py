@@ -393,7 +393,7 @@ def evaluate_run(
     n = len(keep)
     if src and not n:
         raise TformerError(
-            f"nothing to evaluate: all {len(src)} pairs are longer than the model's"
+            f"nothing to evaluate: every pair ({len(src)}) is longer than the model's"
             f" {longest} tokens"
         )
     load = time.perf_counter() - start
