@@ -35,12 +35,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tformer_cli.batching import pad
 from tformer_cli.config import DecodeConfig, ModelConfig
-from tformer_cli.decoding import search
+from tformer_cli.data.batching import pad
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tformer_cli.decode.search import search
 from tformer_cli.device import setup_threads
 from tformer_cli.model import Transformer
-from tformer_cli.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Run = Callable[[Tensor, int, int], list[int]]  # (src (B, S), beam, length) -> generated lengths
 

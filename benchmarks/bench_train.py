@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tformer_cli.batching import Batch, make_batch
 from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.data.batching import Batch, make_batch
 from tformer_cli.device import autocast, cpu_has_fast_bf16, setup_threads
-from tformer_cli.loss import label_smoothed_loss
 from tformer_cli.model import Transformer
-from tformer_cli.training import make_optimizer, train_step
+from tformer_cli.train.loss import label_smoothed_loss
+from tformer_cli.train.trainer import make_optimizer, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 

@@ -23,11 +23,11 @@ from rich.console import Console
 
 from tformer_cli.checkpoint import load_run
 from tformer_cli.config import ModelConfig, TrainConfig
-from tformer_cli.corpus import load_corpus
+from tformer_cli.data.corpus import load_corpus
+from tformer_cli.data.tokenizer import encode
 from tformer_cli.device import inference
-from tformer_cli.evaluation import EvalConfig, EvalData, EvalReport, evaluate
-from tformer_cli.tokenizer import encode
-from tformer_cli.training import Trainer
+from tformer_cli.report.evaluation import EvalConfig, EvalData, EvalReport, evaluate
+from tformer_cli.train.trainer import Trainer
 
 ROWS: list[tuple[str, Callable[[EvalReport], float | None]]] = [
     ("greedy BLEU", lambda r: r.greedy.bleu),

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.data.tokenizer import EOS_ID, PAD_ID
 from tformer_cli.model import Transformer
-from tformer_cli.tokenizer import EOS_ID, PAD_ID
 
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"  # real corpora, outside the repository
 VOCAB = 40
 FIRST_WORD_ID = 4  # ids 0..3 are <pad> <unk> <s> </s>
 
@@ -121,7 +123,7 @@ def make_run() -> Callable[..., tuple[Path, Transformer]]:
     the model whose weights were saved.
     """
     from tformer_cli.checkpoint import RunConfig, atomic_torch_save
-    from tformer_cli.tokenizer import save_tokenizer, train_tokenizer
+    from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
 
     def make(run_dir: Path, seed: int = 0) -> tuple[Path, Transformer]:
         texts = [" ".join(WORDS)] * 3
@@ -140,6 +142,6 @@ def make_run() -> Callable[..., tuple[Path, Transformer]]:
 @pytest.fixture
 def single_thread_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the trainer from raising torch's thread count on the shared two-core machine."""
-    from tformer_cli import training
+    from tformer_cli.train import trainer as training
 
     monkeypatch.setattr(training, "setup_threads", lambda: None)

@@ -23,7 +23,7 @@ from tformer_cli.checkpoint import (
     save_checkpoint,
 )
 from tformer_cli.config import ModelConfig, TrainConfig
-from tformer_cli.decoding import translate_ids
+from tformer_cli.decode.search import translate_ids
 from tformer_cli.errors import TformerError
 
 
@@ -153,7 +153,9 @@ def test_load_run_round_trip_gives_identical_translations(tmp_path, make_run):
     before = translate_ids(model, sources)
     after = translate_ids(run.model, sources)
     assert [r.hypotheses[0].tokens for r in after] == [r.hypotheses[0].tokens for r in before]
-    assert [r.hypotheses[0].logprob for r in after] == [r.hypotheses[0].logprob for r in before]
+    # equal weights; the sums may differ in the last bits (AMD EPYC: -20.524183 vs -20.524181)
+    logprobs = [r.hypotheses[0].logprob for r in before]
+    assert [r.hypotheses[0].logprob for r in after] == pytest.approx(logprobs, rel=1e-5)
 
 
 def test_load_run_rejects_weights_of_another_shape(tmp_path, make_run):

@@ -24,11 +24,11 @@ from tokenizers import Tokenizer
 
 from tformer_cli import __version__
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
-from tformer_cli.tokenizer import load_tokenizer
 
 RUNS_DIR = Path("runs")
 FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change

@@ -22,7 +22,7 @@ from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
-    from tformer_cli.decoding import TextTranslation
+    from tformer_cli.decode.search import TextTranslation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -209,8 +209,8 @@ def train(
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
     from tformer_cli.checkpoint import RunConfig
-    from tformer_cli.corpus import absolute_data
-    from tformer_cli.training import STOPPING_RULES, Trainer, new_run_dir
+    from tformer_cli.data.corpus import absolute_data
+    from tformer_cli.train.trainer import STOPPING_RULES, Trainer, new_run_dir
 
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     recipe = load_recipe(preset) if preset else {}
@@ -354,7 +354,7 @@ def translate(
     asks for sentences one by one. Sorts inputs by length into batches.
     """
     from tformer_cli.checkpoint import load_run
-    from tformer_cli.decoding import translate_texts
+    from tformer_cli.decode.search import translate_texts
     from tformer_cli.files import atomic_write_text
 
     k = 1 if greedy else beam
@@ -445,7 +445,7 @@ def inspect_attention(
     and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
-    from tformer_cli.attention_view import inspect_attention as run_inspect
+    from tformer_cli.report.attention.view import inspect_attention as run_inspect
 
     run_inspect(
         text, model, out, err, beam=beam, kind=kind, layer=layer, head=head, save=save,
@@ -503,7 +503,7 @@ def evaluate(
     error accumulation when the model reads its own mistakes, accuracy under prefix noise, and
     quality decay with length. Metrics with no defined value print n/a.
     """
-    from tformer_cli.evaluation import EvalConfig, evaluate_run, render_report
+    from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
 
     search = DecodeConfig(beam=beam, alpha=alpha)
     report = evaluate_run(
@@ -528,8 +528,8 @@ def tokenizer_train(
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
     --kind choices before training a model."""
-    from tformer_cli.corpus import load_corpus
-    from tformer_cli.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
+    from tformer_cli.data.corpus import load_corpus
+    from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
     corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
     tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, kind)

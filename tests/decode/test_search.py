@@ -1,0 +1,285 @@
+"""Tests for tformer_cli.decode.search: greedy and beam search against naive references, the cache,
+batching, input order, the length limit, and scores recomputed by a teacher-forced pass."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from tformer_cli.config import DecodeConfig, ModelConfig
+from tformer_cli.data.batching import make_batch, pad
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.search import beam_search, greedy_search, max_lengths, search, translate_ids
+from tformer_cli.errors import TformerError
+from tformer_cli.model import Transformer
+
+CFG = DecodeConfig(max_len_a=1.0, max_len_b=3)
+
+
+def random_sources(n: int, seed: int, vocab: int = 16) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 7, (n,), generator=g).tolist()
+    return [torch.randint(4, vocab, (k,), generator=g).tolist() for k in lengths]
+
+
+@pytest.fixture(scope="module")
+def trained_model() -> Transformer:
+    """A tiny model trained briefly to reverse word sequences: it emits ``</s>`` at varied
+    steps (an untrained model almost never does), so finished rows leave the batch mid-search."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=16, d_model=32, h=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+        dropout=0.0, max_positions=64,
+    )  # fmt: skip
+    model = Transformer(cfg)
+    src = random_sources(32, seed=1)
+    b = make_batch(src, [s[::-1] for s in src])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(60):
+        logits = model(b.src, b.tgt_in)
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def as_src(sources: list[list[int]]) -> torch.Tensor:
+    return pad([[*s, EOS_ID] for s in sources])
+
+
+def naive_greedy(model: Transformer, src_row: list[int], limit: int) -> tuple[list[int], bool]:
+    """Argmax over the whole prefix recomputed each step, one sentence, no cache."""
+    src = torch.tensor([[*src_row, EOS_ID]])
+    y = [BOS_ID]
+    with torch.no_grad():
+        for _ in range(limit):
+            logits = model(src, torch.tensor([y]))[0, -1]
+            logits[[PAD_ID, BOS_ID]] = -math.inf
+            nxt = int(logits.argmax())
+            if nxt == EOS_ID:
+                return y[1:], True
+            y.append(nxt)
+    return y[1:], False
+
+
+def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finished) -> float:
+    """Sum of log-softmax of the tokens (+ ``</s>`` when finished) given the gold prefix."""
+    gold = [*tokens, EOS_ID] if finished else list(tokens)
+    src = torch.tensor([[*src_row, EOS_ID]])
+    y = torch.tensor([[BOS_ID, *gold[:-1]]])
+    with torch.no_grad():
+        logp = model(src, y)[0].double().log_softmax(-1)
+    return float(sum(logp[t, g] for t, g in enumerate(gold)))
+
+
+def limit_of(src_row: list[int], cfg: DecodeConfig) -> int:
+    return int(cfg.max_len_a * (len(src_row) + 1) + cfg.max_len_b)
+
+
+# ---------------------------------------------------------------------------- greedy
+def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
+    hyps = greedy_search(trained_model, as_src(random_sources(8, seed=2)), CFG)
+    assert sum(h.finished for h in hyps) >= 4
+    assert len({len(h.tokens) for h in hyps if h.finished}) >= 3
+
+
+def test_greedy_equals_a_naive_argmax_loop(trained_model):
+    sources = random_sources(6, seed=3)
+    hyps = greedy_search(trained_model, as_src(sources), CFG)
+    for s, h in zip(sources, hyps, strict=True):
+        assert (h.tokens, h.finished) == naive_greedy(trained_model, s, limit_of(s, CFG))
+
+
+@pytest.mark.parametrize("which", ["trained", "random"])
+def test_greedy_with_cache_equals_greedy_without_cache(trained_model, tiny_model, which):
+    model = trained_model if which == "trained" else tiny_model(seed=1)
+    src = as_src(random_sources(7, seed=4))
+    cached = greedy_search(model, src, CFG, use_cache=True)
+    plain = greedy_search(model, src, CFG, use_cache=False)
+    assert [h.tokens for h in cached] == [h.tokens for h in plain]
+    assert [h.finished for h in cached] == [h.finished for h in plain]
+    for a, b in zip(cached, plain, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-5)
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_batched_greedy_equals_one_sentence_at_a_time(trained_model):
+    sources = random_sources(8, seed=5)
+    batched = greedy_search(trained_model, as_src(sources), CFG)
+    for s, h in zip(sources, batched, strict=True):
+        (alone,) = greedy_search(trained_model, as_src([s]), CFG)
+        assert (alone.tokens, alone.finished) == (h.tokens, h.finished)
+        assert alone.logprob == pytest.approx(h.logprob, abs=1e-4)
+
+
+@pytest.mark.parametrize("max_tokens", [8, 4096])
+def test_translate_ids_returns_results_in_input_order(trained_model, max_tokens):
+    sources = [[4, 5, 6, 7, 8, 9], [10], [11, 12, 13], [4, 4], [5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    results = translate_ids(trained_model, sources, CFG, max_tokens=max_tokens)
+    assert len(results) == len(sources)
+    for s, r in zip(sources, results, strict=True):
+        (alone,) = greedy_search(trained_model, as_src([s]), CFG)
+        assert r.hypotheses[0].tokens == alone.tokens
+
+
+def test_a_blank_input_gets_an_empty_translation_and_the_others_keep_their_places(
+    trained_model,
+):
+    sources = [[4, 5, 6], [], [10, 11]]
+    done: list[int] = []
+    results = translate_ids(trained_model, sources, CFG, on_batch=done.append)
+    assert results[1].hypotheses[0].tokens == [] and sum(done) == 3
+    for i in (0, 2):
+        (alone,) = greedy_search(trained_model, as_src([sources[i]]), CFG)
+        assert results[i].hypotheses[0].tokens == alone.tokens
+
+
+def test_greedy_logprob_equals_teacher_forced_sum(trained_model):
+    sources = random_sources(8, seed=6)
+    hyps = greedy_search(trained_model, as_src(sources), CFG)
+    assert any(h.finished for h in hyps) and any(h.tokens for h in hyps)
+    for s, h in zip(sources, hyps, strict=True):
+        expected = teacher_forced_logprob(trained_model, s, h.tokens, h.finished)
+        assert h.logprob == pytest.approx(expected, abs=1e-4)
+        assert h.score == pytest.approx(h.logprob, abs=1e-6)  # greedy: no length penalty
+
+
+def never_eos(model: Transformer) -> Transformer:
+    model.generator.register_forward_hook(lambda m, inp, out: out.index_fill(-1, _EOS, -1e4))
+    return model
+
+
+_EOS = torch.tensor([EOS_ID])
+
+
+def test_length_limit_a_times_src_plus_b_is_respected_exactly(tiny_model):
+    model = never_eos(tiny_model(seed=2))
+    cfg = DecodeConfig(max_len_a=1.5, max_len_b=2)
+    sources = [[4, 5], [6, 7, 8], [9], [10, 11, 12, 13, 14]]
+    # |src| counts </s>: 3, 4, 2, 6 tokens -> int(1.5 * n + 2) = 6, 8, 5, 11
+    hyps = greedy_search(model, as_src(sources), cfg)
+    assert [len(h.tokens) for h in hyps] == [6, 8, 5, 11]
+    assert not any(h.finished for h in hyps)
+    assert EOS_ID not in [t for h in hyps for t in h.tokens]
+    results = translate_ids(model, sources, cfg)
+    assert [len(r.hypotheses[0].tokens) for r in results] == [6, 8, 5, 11]
+    assert [r.hypotheses[0].finished for r in results] == [False] * 4
+
+
+def test_length_limit_is_capped_by_max_positions(tiny_model):
+    model = never_eos(tiny_model(seed=3, max_positions=8))
+    (h,) = greedy_search(model, as_src([[4, 5]]), DecodeConfig(max_len_a=2.0, max_len_b=50))
+    assert len(h.tokens) == 7 and not h.finished
+
+
+def test_max_lengths_by_hand():
+    src = torch.tensor([[4, 5, 3, 0, 0], [4, 5, 6, 7, 3], [3, 0, 0, 0, 0]])
+    cfg = DecodeConfig(max_len_a=1.5, max_len_b=10)
+    assert max_lengths(src, cfg, 1024).tolist() == [14, 17, 11]  # 14.5, 17.5, 11.5 floored
+    assert max_lengths(src, cfg, 16).tolist() == [14, 15, 11]
+    assert max_lengths(src, DecodeConfig(max_len_a=0.0, max_len_b=0), 16).tolist() == [1, 1, 1]
+
+
+def test_greedy_never_generates_pad_or_bos(tiny_model):
+    model = tiny_model(seed=4)
+    bias = torch.zeros(40)
+    bias[PAD_ID] = bias[BOS_ID] = 1e3  # the model's favourite tokens, yet never generated
+    model.generator.register_forward_hook(lambda m, inp, out: out + bias)
+    hyps = greedy_search(model, as_src([[4, 5, 6], [7]]), CFG)
+    tokens = [t for h in hyps for t in h.tokens]
+    assert tokens and PAD_ID not in tokens and BOS_ID not in tokens
+
+
+def test_source_longer_than_max_positions_is_a_clear_error_or_is_translated(tiny_model):
+    model = tiny_model(seed=7, max_positions=8)
+    try:
+        (result,) = translate_ids(model, [[4] * 12], CFG)
+    except TformerError:
+        return  # refusing with a clear message is fine
+    assert len(result.hypotheses[0].tokens) <= 7
+
+
+# ---------------------------------------------------------------------------- beam
+def test_beam_size_one_equals_greedy(trained_model):
+    src = as_src(random_sources(6, seed=7))
+    greedy = greedy_search(trained_model, src, CFG)
+    beam = beam_search(trained_model, src, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3))
+    assert [b[0].tokens for b in beam] == [g.tokens for g in greedy]
+    assert [b[0].logprob for b in beam] == pytest.approx([g.logprob for g in greedy], abs=1e-4)
+
+
+@pytest.mark.parametrize("which", ["trained", "random"])
+def test_beam_with_cache_equals_beam_without_cache(trained_model, tiny_model, which):
+    model = trained_model if which == "trained" else tiny_model(seed=5)
+    src = as_src(random_sources(5, seed=8))
+    cfg = DecodeConfig(beam=3, nbest=3, max_len_a=1.0, max_len_b=3)
+    cached = beam_search(model, src, cfg, use_cache=True)
+    plain = beam_search(model, src, cfg, use_cache=False)
+    assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in plain]
+    for a, b in zip(itertools.chain(*cached), itertools.chain(*plain), strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_batched_beam_equals_one_sentence_at_a_time(trained_model):
+    sources = random_sources(5, seed=9)
+    cfg = DecodeConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=3)
+    batched = beam_search(trained_model, as_src(sources), cfg)
+    for s, nbest in zip(sources, batched, strict=True):
+        (alone,) = beam_search(trained_model, as_src([s]), cfg)
+        assert [h.tokens for h in alone] == [h.tokens for h in nbest]
+
+
+def test_beam_scores_are_teacher_forced_logprob_over_gnmt_penalty(trained_model):
+    sources = random_sources(4, seed=10)
+    cfg = DecodeConfig(beam=4, nbest=4, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    for s, nbest in zip(sources, beam_search(trained_model, as_src(sources), cfg), strict=True):
+        assert 1 <= len(nbest) <= 4
+        assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+        for h in nbest:
+            expected = teacher_forced_logprob(trained_model, s, h.tokens, h.finished)
+            assert h.logprob == pytest.approx(expected, abs=1e-4)
+            n = len(h.tokens) + h.finished  # |Y| counts </s>
+            assert h.score == pytest.approx(h.logprob / ((5 + n) / 6) ** 0.6, abs=1e-5)
+
+
+def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model):
+    """Vocabulary <pad> <unk> <s> </s> w: two generable words (<unk>, w) and a limit of 3.
+    A beam of 12 keeps every prefix, so its 15-best list must be all 15 candidates (finished
+    ones and those cut at the limit), ranked by logprob / lp(|Y|), each logprob from a
+    teacher-forced pass."""
+    model = tiny_model(seed=6, vocab_size=5)
+    cfg = DecodeConfig(beam=12, nbest=15, alpha=0.6, max_len_a=0.0, max_len_b=3)
+    src_row = [4, 1, 4]
+    ((*found,),) = beam_search(model, as_src([src_row]), cfg)
+    candidates = []
+    for n in range(3):
+        for words in itertools.product([1, 4], repeat=n):
+            candidates.append((list(words), True))
+    candidates += [(list(w), False) for w in itertools.product([1, 4], repeat=3)]
+    assert len(candidates) == 15
+    reference = []
+    for tokens, finished in candidates:
+        lp = teacher_forced_logprob(model, src_row, tokens, finished)
+        reference.append((lp / ((5 + len(tokens) + finished) / 6) ** 0.6, tokens, finished))
+    reference.sort(key=lambda r: -r[0])
+    assert len(found) == 15
+    assert sorted((h.tokens, h.finished) for h in found) == sorted((r[1], r[2]) for r in reference)
+    assert [h.score for h in found] == pytest.approx([r[0] for r in reference], abs=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_len_forbids_eos_before_it_and_forced_lengths_equal_min_len(tiny_model, beam):
+    model = tiny_model()
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]])
+    cfg = DecodeConfig(beam=beam, min_len=6, max_len_a=0, max_len_b=6)
+    for nbest in search(model, src, cfg):
+        assert all(len(h.tokens) == 6 and not h.finished for h in nbest)
+    free = search(model, src, DecodeConfig(beam=beam, min_len=2, max_len_a=0, max_len_b=12))
+    assert all(len(h.tokens) >= 2 or not h.finished for nbest in free for h in nbest)

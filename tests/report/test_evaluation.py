@@ -1,0 +1,262 @@
+"""Tests for tformer_cli.report.evaluation: the whole report on hand-built models (values
+worked out by hand in tests/report/test_exposure.py), the sanity checks of EXPOSURE_BIAS.md,
+the JSON round trip, and the `tformer eval` command."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+
+import pytest
+import sacrebleu
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tests.conftest import WORDS
+from tests.report.test_exposure import CLEAN, GOLD, P_BEST, SELF, SOURCES, bigram_stub, oracle_stub
+from tformer_cli.checkpoint import RunConfig
+from tformer_cli.cli import app
+from tformer_cli.config import DecodeConfig, TrainConfig
+from tformer_cli.data.tokenizer import decode, train_tokenizer
+from tformer_cli.report import evaluation
+from tformer_cli.report.evaluation import (
+    EvalConfig,
+    EvalData,
+    EvalReport,
+    evaluate,
+    render_report,
+    report_json,
+    teacher_forced,
+)
+from tformer_cli.report.exposure import accumulation, fmt, gold_io, pct, points, tf_argmax_tokens
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """Word-level: ids 4.. are the ten WORDS; 14 ids in all."""
+    return train_tokenizer([" ".join(WORDS)] * 3, vocab_size=40, kind="wordlevel", min_frequency=1)
+
+
+def text(tok, seqs) -> list[str]:
+    return decode(tok, seqs)
+
+
+def rendered(report: EvalReport) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(render_report(report))
+    return console.file.getvalue()
+
+
+@pytest.fixture(scope="module")
+def stub_report(tok):
+    """The report of the bigram stub on GOLD (beam 2), and its hypotheses."""
+    model = bigram_stub(tok.get_vocab_size())
+    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    return evaluate(model, tok, data, EvalConfig(DecodeConfig(beam=2), seed=5))
+
+
+def test_tf_metrics_equal_the_hand_computed_values(stub_report, tok):
+    report, _ = stub_report
+    wrong = (1 - P_BEST) / (tok.get_vocab_size() - 1)
+    xent = (12 * -math.log(P_BEST) + 8 * -math.log(wrong)) / 20
+    assert report.tf.tokens == report.sizes.target_tokens == 20
+    assert report.tf.acc == 0.6
+    assert report.tf.xent == pytest.approx(xent, rel=1e-5)
+    assert report.tf.ppl == pytest.approx(math.exp(xent), rel=1e-5)
+
+
+def test_exposure_sections_equal_the_hand_computed_values(stub_report):
+    report, _ = stub_report
+    a = report.accumulation
+    assert a == accumulation(gold_io(GOLD)[1], CLEAN, SELF)
+    assert (a.err_clean, a.excess_error_pct) == (pytest.approx(5 / 9), pytest.approx(20.0))
+    levels = report.prefix_noise.levels
+    assert [x.q for x in levels] == [0.0, 0.1, 0.25]
+    assert levels[0].acc == 0.6 and levels[0].kept == 20
+    assert report.prefix_noise.paired_drop == 0.0  # a bigram reads no earlier context
+
+
+def test_bleu_sections_are_sacrebleu_on_the_expected_texts(stub_report, tok):
+    report, hyps = stub_report
+    refs = text(tok, GOLD)
+    greedy = text(tok, [[4, 5, 6]] * 4)  # <s> -> 4 -> 5 -> 6 -> </s> whatever the source
+    tf = text(tok, tf_argmax_tokens(CLEAN))
+    bleu = sacrebleu.BLEU(force=True)
+    assert report.greedy.bleu == bleu.corpus_score(greedy, [refs]).score
+    assert report.greedy.chrf == sacrebleu.CHRF().corpus_score(greedy, [refs]).score
+    assert report.greedy.exact_match == 0.25  # only the first reference is w4 w5 w6
+    assert report.exposure_gap.tf_bleu == bleu.corpus_score(tf, [refs]).score
+    assert report.exposure_gap.bleu_gap == report.exposure_gap.tf_bleu - report.greedy.bleu
+    assert report.beam is not None and report.beam.beam == 2
+    assert report.beam.bleu == bleu.corpus_score(hyps, [refs]).score  # --hyp holds beam output
+    shortest = report.length_decay.quartiles[0]  # GOLD[2], two tokens
+    chrf = sacrebleu.CHRF().sentence_score
+    assert shortest.greedy_chrf == chrf(greedy[2], [refs[2]]).score
+    assert shortest.tf_chrf == chrf(tf[2], [refs[2]]).score
+
+
+def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
+    src = [[4, 5, 6, 7, 8], [9, 10, 11, 12], [13, 4, 6, 8, 10, 12]]
+    tgt = [s[::-1] for s in src]
+    report, hyps = evaluate(
+        oracle_stub(tok.get_vocab_size()), tok, EvalData(src, tgt, text(tok, tgt))
+    )
+    assert hyps == text(tok, tgt)
+    assert report.exposure_gap.bleu_gap == 0.0
+    assert report.greedy.exact_match == 1.0 and report.tf.acc == 1.0
+    a = report.accumulation
+    assert a.positions == 0 and (a.err_clean, a.err_self, a.excess_error_pct) == (None,) * 3
+    row = next(line for line in rendered(report).splitlines() if line.startswith("│ all"))
+    assert row.count("n/a") == 3
+
+
+def test_beam_1_reports_greedy_only(tok):
+    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    report, hyps = evaluate(
+        bigram_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(beam=1))
+    )
+    assert report.beam is None and report.timing.beam is None
+    assert hyps == text(tok, [[4, 5, 6]] * 4)
+    assert "beam" not in rendered(report).splitlines()[2]
+
+
+def test_json_holds_the_numbers_of_the_dataclass_and_of_the_printed_report(stub_report):
+    report, _ = stub_report
+    data = json.loads(report_json(report))
+    assert data == json.loads(json.dumps(dataclasses.asdict(report)))
+    out = rendered(report)
+    for number in (
+        fmt(data["greedy"]["bleu"]),
+        fmt(data["beam"]["chrf"]),
+        fmt(data["tf"]["xent"], ".4f"),
+        pct(data["tf"]["acc"]),
+        fmt(data["exposure_gap"]["bleu_gap"], "+.2f"),
+        pct(data["accumulation"]["err_self"]),
+        pct(data["accumulation"]["buckets"][1]["err_clean"]),
+        f"{data['accumulation']['excess_error_pct']:+.1f}%",
+        pct(data["prefix_noise"]["levels"][2]["acc"]),
+        points(data["prefix_noise"]["drop"]),
+        fmt(data["length_decay"]["quartiles"][3]["tf_chrf"]),
+        fmt(data["length_decay"]["decay_ratio"], ".3f"),
+        data["greedy"]["bleu_signature"],
+    ):
+        assert number in out, number
+
+
+def test_teacher_forced_keeps_its_api(tiny_model):
+    model = tiny_model()
+    tf = teacher_forced(model, [[5, 6], [7]], [[8, 9, 10], [11]])
+    assert (
+        tf.tokens == 6 and 0.0 <= tf.accuracy <= 1.0 and tf.ppl == pytest.approx(math.exp(tf.xent))
+    )
+
+
+# ---------------------------------------------------------------------------- the command
+runner = CliRunner()
+
+
+@pytest.fixture
+def corpus_run(tmp_path, make_run, tiny_corpus):
+    """An untrained run whose config says it was trained on ``tiny_corpus`` in fp32."""
+    run_dir, model = make_run(tmp_path / "run")
+    train = TrainConfig(data=str(tiny_corpus), device="cpu", precision="fp32")
+    RunConfig(model.cfg, train).save(run_dir)
+    return run_dir
+
+
+def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_run):
+    json_path, hyp_path = tmp_path / "report.json", tmp_path / "hyps.txt"
+    result = runner.invoke(
+        app,
+        ["eval", "-m", str(corpus_run), "--limit", "3", "--beam", "2", "--json", str(json_path),
+         "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(json_path.read_text())
+    assert list(data) == [f.name for f in dataclasses.fields(EvalReport)]
+    assert data["source"]["data"] == str(corpus_run.parent / "corpus")  # the run's own data
+    assert data["source"]["precision"] == "fp32" and data["source"]["limit"] == 3
+    assert data["sizes"]["sentences"] == 3 and data["config"]["search"]["beam"] == 2
+    assert len(hyp_path.read_text().splitlines()) == 3
+    for number in (fmt(data["beam"]["bleu"]), pct(data["tf"]["acc"]), fmt(data["tf"]["ppl"])):
+        assert number in result.stdout
+    for section in ("1-2.", "1.", "3.", "4.", "5.", "6.", "Caveat", "sample:", "time:"):
+        assert section in result.stdout
+
+
+def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
+    """A single file is carved into train/valid/test for training; ``--split all`` scores it all."""
+    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    json_path, hyp_path = tmp_path / "r.json", tmp_path / "h.txt"
+    result = runner.invoke(
+        app,
+        ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
+         "--json", str(json_path), "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1",
+         "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(json_path.read_text())
+    assert report["sizes"]["sentences"] == 7 and report["source"]["split"] == "all"
+    assert len(hyp_path.read_text().splitlines()) == 7
+
+
+def test_hypotheses_keep_one_line_per_pair_when_a_pair_is_too_long(tmp_path, corpus_run):
+    too_long = " ".join(WORDS * 30)  # longer than the tiny model's positions
+    pairs = [("red cat", "blue dog"), (too_long, "one"), ("big bird", "small bird")]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    hyp_path = tmp_path / "h.txt"
+    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
+            "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = hyp_path.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines, the 2nd empty
+    data.write_text(f"{too_long}\tone\n", encoding="utf-8")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "every pair (1) is longer than" in result.stderr
+
+
+def test_eval_of_a_file_without_a_test_split_says_the_test_split_is_carved(tmp_path, corpus_run):
+    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
+    data = tmp_path / "mine.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs) * 3, encoding="utf-8")
+    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--beam", "1", "--device", "cpu",
+            "--threads", "1"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "has no test split: scoring the 2 pairs carved" in " ".join(result.stderr.split())
+    assert "carved" not in runner.invoke(app, [*args, "--split", "all"]).stderr
+
+
+def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
+    result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--split", "dev"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("Error: unknown split 'dev'")
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("load", "threads"), [(0.0, 2), (0.4, 2), (1.0, 1), (7.5, 1)])
+def test_free_cores_leaves_the_busy_cores_alone(monkeypatch, load, threads):
+    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(evaluation.os, "getloadavg", lambda: (load, load, load))
+    assert evaluation.free_cores() == threads
+
+
+@pytest.mark.parametrize(
+    ("env", "option", "threads"), [("2", 0, 2), ("", 0, 1), ("", 2, 2), ("1", 2, 2)]
+)
+def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
+    monkeypatch, corpus_run, env, option, threads
+):
+    monkeypatch.setenv("TFORMER_THREADS", env)
+    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(evaluation.os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # both cores busy
+    cfg = EvalConfig(DecodeConfig(beam=1))
+    report = evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
+    assert torch.get_num_threads() == report.source.threads == threads

@@ -1,0 +1,337 @@
+"""Load parallel text as a `datasets.DatasetDict`: splits train/valid/test, string columns src/tgt.
+
+Sources (`load_corpus(data=...)`):
+- `"toy"`: the bundled toy corpus (`toy_corpus_dir()`).
+- a folder holding `{train,valid,test}.tsv` (`source<TAB>target`), or `.jsonl` (one
+  `{"src": ..., "tgt": ...}` per line), or plain parallel files `train.<lang>` (needs
+  `src_lang`/`tgt_lang`). The valid split may also be named `validation`, `val` or `dev`; the test
+  split is `test`, else the alphabetically first name starting with `test` (e.g. `test2016`).
+- a single `.tsv` or `.jsonl` file: the train split.
+- `src_file`/`tgt_file`: two plain parallel files, the train split (they take precedence).
+- `"hf:NAME[:CONFIG]"`: `datasets.load_dataset(NAME, CONFIG)`, with a `translation` column, or
+  `src`/`tgt` columns, or columns named by the language codes.
+
+Missing valid/test splits are carved from train (see `_carve`). Input is validated and every
+problem is a one-line `TformerError` naming the file and 1-based line: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import datasets
+from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
+
+from tformer_cli import __version__
+from tformer_cli.errors import TformerError
+
+SPLITS = ("train", "valid", "test")
+VALID_NAMES = ("valid", "validation", "val", "dev")
+_REPO = Path(__file__).resolve().parents[2]  # the checkout holding tformer_cli/, if any
+_REPO_TOY_DIR = _REPO / "data" / "toy"
+_FEATURES = Features({"src": Value("string"), "tgt": Value("string")})
+
+Pairs = tuple[list[str], list[str]]  # (sources, targets), aligned by index
+
+
+def load_corpus(
+    data: str | Path = "toy",
+    *,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    src_file: Path | None = None,
+    tgt_file: Path | None = None,
+    seed: int = 1234,
+    carve_size: int = 1000,
+    carve: bool = True,
+) -> DatasetDict:
+    """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
+    ``carve=False``: only the splits the source holds, none carved out of train."""
+    if src_file is not None or tgt_file is not None:
+        if src_file is None or tgt_file is None:
+            raise TformerError("give both a source file and a target file (--src-file/--tgt-file)")
+        splits = {"train": _read_plain(Path(src_file), Path(tgt_file))}
+    elif str(data).startswith("hf:"):
+        splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
+    else:
+        path = toy_corpus_dir() if str(data) == "toy" else Path(data)
+        splits = _load_path(path, src_lang, tgt_lang)
+    carved = {name for name in SPLITS if name not in splits} if carve else set()
+    if carve:
+        splits = _carve(splits, seed, carve_size)
+    return DatasetDict(
+        {
+            name: Dataset.from_dict(
+                {"src": src, "tgt": tgt},
+                info=DatasetInfo(description=CARVED if name in carved else "", features=_FEATURES),
+            )
+            for name, (src, tgt) in splits.items()
+        }
+    )
+
+
+CARVED = "carved from train"  # the description of a split that the source did not hold
+
+
+def absolute_data(data: str) -> str:
+    """``data`` as a run keeps it: a local path (``hf:`` folders too) made absolute, so that
+    eval and --resume find it from any folder; ``toy`` and hub names as given."""
+    name, prefix = (data[3:], "hf:") if data.startswith("hf:") else (data, "")
+    path, sep, config = name.partition(":") if prefix else (name, "", "")
+    if data == "toy" or not path or not Path(path).exists():
+        return data
+    return f"{prefix}{Path(path).resolve()}{sep}{config}"
+
+
+def toy_corpus_dir() -> Path:
+    """The toy corpus folder: the repository's `data/toy`, else one generated once into the cache.
+
+    An installed wheel has no repository folder, so the corpus is then generated (deterministically,
+    by `toy.py`) into `$XDG_CACHE_HOME/tformer/toy-<version>` (default `~/.cache`).
+    """
+    if (_REPO_TOY_DIR / "train.tsv").is_file():
+        return _REPO_TOY_DIR
+    if (_REPO / "pyproject.toml").is_file():  # a checkout without its corpus: never paper over it
+        raise TformerError(
+            f"the toy corpus is missing from this checkout ({_REPO_TOY_DIR}/train.tsv):"
+            " restore it with `git checkout data/toy`"
+        )
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    target = cache_home / "tformer" / f"toy-{__version__}"
+    if (target / "train.tsv").is_file():
+        return target
+    from tformer_cli.data import toy  # lazily: only an installed package needs the generator here
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".toy-", dir=target.parent))
+        try:
+            toy.write_corpus(tmp, toy.generate())
+            os.replace(tmp, target)  # atomic: a reader never sees a half-written corpus
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        if not (target / "train.tsv").is_file():  # else a concurrent process won the race
+            raise TformerError(f"cannot write the toy corpus to {target}: {e}") from e
+    return target
+
+
+def corpus_fingerprint(ds: DatasetDict) -> str:
+    """A short hash of the corpus content (split names and every pair), stable across runs."""
+    h = hashlib.sha256()
+    for name in sorted(ds):
+        columns = ds[name].select_columns(["src", "tgt"]).to_dict()  # batch read: fast
+        h.update(f"\x1d{name}\x1d{len(columns['src'])}".encode())
+        for column in ("src", "tgt"):
+            h.update(b"\x1d" + "\x1e".join(columns[column]).encode())
+    return h.hexdigest()[:16]
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TformerError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TformerError(f"{path}: cannot read ({e.strerror})") from e
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
+    if not text:
+        raise TformerError(f"{path}: empty file")
+    lines = text.split("\n")
+    if lines[-1] == "":  # the final newline ends the last line; it does not start a new one
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _check_text(text: str | None, where: str, side: str) -> None:
+    if not (text and text.strip()):
+        raise TformerError(f"{where}: empty {side}")
+
+
+def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
+    """Two files aligned by line number."""
+    src, tgt = _read_lines(src_path), _read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise TformerError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+    for i, (s, t) in enumerate(zip(src, tgt, strict=True), start=1):
+        _check_text(s, f"{src_path}:{i}", "source")
+        _check_text(t, f"{tgt_path}:{i}", "target")
+    return src, tgt
+
+
+def _read_tsv(path: Path) -> Pairs:
+    """`source<TAB>target` per line."""
+    src, tgt = [], []
+    for i, line in enumerate(_read_lines(path), start=1):
+        tabs = line.count("\t")
+        if tabs != 1:
+            raise TformerError(f"{path}:{i}: expected source<TAB>target, found {tabs} tabs")
+        s, t = line.split("\t")
+        _check_text(s, f"{path}:{i}", "source")
+        _check_text(t, f"{path}:{i}", "target")
+        src.append(s)
+        tgt.append(t)
+    return src, tgt
+
+
+def _read_jsonl(path: Path) -> Pairs:
+    """One JSON object `{"src": ..., "tgt": ...}` per line."""
+    src, tgt = [], []
+    for i, line in enumerate(_read_lines(path), start=1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TformerError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+        if not (isinstance(obj, dict) and all(isinstance(obj.get(k), str) for k in ("src", "tgt"))):
+            raise TformerError(f'{path}:{i}: expected an object {{"src": "...", "tgt": "..."}}')
+        _check_text(obj["src"], f"{path}:{i}", "source")
+        _check_text(obj["tgt"], f"{path}:{i}", "target")
+        src.append(obj["src"])
+        tgt.append(obj["tgt"])
+    return src, tgt
+
+
+def _pick_splits(names: Iterable[str]) -> dict[str, str]:
+    """Map our split names to the available ones: `test` wins over the sorted first `test*`."""
+    names = set(names)
+    picked = {"train": "train"} if "train" in names else {}
+    valid = [n for n in VALID_NAMES if n in names]
+    tests = sorted(n for n in names if n.startswith("test"))
+    if valid:
+        picked["valid"] = valid[0]
+    if tests:
+        picked["test"] = "test" if "test" in tests else tests[0]
+    return picked
+
+
+def _choose_langs(
+    where: str, found: Sequence[str], src_lang: str | None, tgt_lang: str | None
+) -> tuple[str, str]:
+    listed = ", ".join(sorted(found)) or "none"
+    if src_lang is None or tgt_lang is None:
+        raise TformerError(f"{where}: choose the languages with --src and --tgt (found: {listed})")
+    for lang in (src_lang, tgt_lang):
+        if lang not in found:
+            raise TformerError(f"{where}: no language '{lang}' (found: {listed})")
+    return src_lang, tgt_lang
+
+
+def _load_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+    if path.is_dir():
+        return _load_dir(path, src_lang, tgt_lang)
+    if path.suffix == ".tsv" and path.is_file():
+        return {"train": _read_tsv(path)}
+    if path.suffix == ".jsonl" and path.is_file():
+        return {"train": _read_jsonl(path)}
+    if not path.exists():
+        raise TformerError(f"{path}: no such file or folder")
+    raise TformerError(f"{path}: expected a folder, a .tsv or .jsonl file, 'toy' or 'hf:NAME'")
+
+
+def _load_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+    files = {p.name for p in folder.iterdir() if p.is_file()}
+    for ext, reader in ((".tsv", _read_tsv), (".jsonl", _read_jsonl)):
+        if f"train{ext}" in files:
+            stems = [name.removesuffix(ext) for name in files if name.endswith(ext)]
+            return {s: reader(folder / f"{n}{ext}") for s, n in _pick_splits(stems).items()}
+    langs = [name.removeprefix("train.") for name in files if name.startswith("train.")]
+    if not langs:
+        raise TformerError(
+            f"{folder}: no train split (expected train.tsv, train.jsonl or train.<lang> files)"
+        )
+    src_lang, tgt_lang = _choose_langs(str(folder), langs, src_lang, tgt_lang)
+    stems = [name.removesuffix(f".{src_lang}") for name in files if name.endswith(f".{src_lang}")]
+    return {
+        split: _read_plain(folder / f"{stem}.{src_lang}", folder / f"{stem}.{tgt_lang}")
+        for split, stem in _pick_splits(stems).items()
+    }
+
+
+def _load_hf(spec: str, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+    """`spec` is `NAME[:CONFIG]`: a hub dataset or a local folder `load_dataset` can read."""
+    name, _, config = spec.partition(":")
+    if not name:
+        raise TformerError("hf: needs a dataset name, e.g. hf:wmt16:de-en")
+    try:
+        raw = datasets.load_dataset(name, config or None)
+    except Exception as e:  # hub, network, file and format errors all surface here
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TformerError(f"cannot load Hugging Face dataset '{spec}': {reason}") from e
+    picked = _pick_splits(raw)
+    if "train" not in picked:
+        raise TformerError(f"hf:{spec}: no train split (found: {', '.join(sorted(raw))})")
+    splits = {}
+    for split, hf_split in picked.items():
+        ds, src_col, tgt_col = _hf_columns(raw[hf_split], f"hf:{spec}", src_lang, tgt_lang)
+        columns = ds.select_columns([src_col, tgt_col]).to_dict()
+        src, tgt = columns[src_col], columns[tgt_col]
+        if not src:
+            raise TformerError(f"hf:{spec}: the {hf_split} split is empty")
+        for i, (s, t) in enumerate(zip(src, tgt, strict=True), start=1):
+            _check_text(s, f"hf:{spec} {hf_split} row {i}", "source")
+            _check_text(t, f"hf:{spec} {hf_split} row {i}", "target")
+        splits[split] = (src, tgt)
+    return splits
+
+
+def _hf_columns(
+    ds: Dataset, label: str, src_lang: str | None, tgt_lang: str | None
+) -> tuple[Dataset, str, str]:
+    """The dataset (flattened if needed) and the names of its source and target columns."""
+    columns = ds.column_names
+    if "translation" in columns:
+        feature = ds.features["translation"]  # a `Translation` feature or a dict of strings
+        langs = list(getattr(feature, "languages", None) or feature)
+        src_lang, tgt_lang = _choose_langs(f"{label} translation", langs, src_lang, tgt_lang)
+        return ds.flatten(), f"translation.{src_lang}", f"translation.{tgt_lang}"
+    if "src" in columns and "tgt" in columns:
+        return ds, "src", "tgt"
+    if src_lang in columns and tgt_lang in columns:
+        return ds, src_lang, tgt_lang
+    raise TformerError(
+        f"{label}: no 'translation' or 'src'/'tgt' columns; name the language columns with "
+        f"--src and --tgt (columns: {', '.join(columns)})"
+    )
+
+
+def _carve(splits: dict[str, Pairs], seed: int, carve_size: int) -> dict[str, Pairs]:
+    """Fill the missing valid/test splits with pairs drawn from train, deterministically.
+
+    Each missing split takes `carve_size` pairs, or a tenth of train when that is fewer (at least
+    one), chosen by a shuffle seeded with `seed`; the splits are disjoint, and train keeps the rest
+    in its original order.
+    """
+    missing = [name for name in SPLITS if name not in splits]
+    if not missing:
+        return {name: splits[name] for name in SPLITS}
+    if carve_size < 1:
+        raise TformerError(f"carve size must be at least 1, got {carve_size}")
+    src, tgt = splits["train"]
+    n = len(src)
+    size = min(carve_size, max(1, n // 10))
+    if n <= size * len(missing):
+        raise TformerError(
+            f"train has {n} pairs: too few to carve a {' and a '.join(missing)} split from it"
+        )
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    carved = dict(splits)
+    for k, name in enumerate(missing):
+        rows = sorted(order[k * size : (k + 1) * size])
+        carved[name] = ([src[i] for i in rows], [tgt[i] for i in rows])
+    rows = sorted(order[len(missing) * size :])
+    carved["train"] = ([src[i] for i in rows], [tgt[i] for i in rows])
+    return {name: carved[name] for name in SPLITS}

@@ -1,0 +1,284 @@
+"""Search for translations with the KV cache: batched greedy decoding and beam search."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tformer_cli.checkpoint import LoadedRun
+from tformer_cli.config import DecodeConfig
+from tformer_cli.data.batching import pad, token_batches
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
+from tformer_cli.device import inference
+from tformer_cli.errors import TformerError
+from tformer_cli.model import DecoderCache, Transformer
+
+DEFAULT = DecodeConfig()
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A translation: token ids (no ``<s>``/``</s>``), their summed log-probability ``logprob``
+    (``</s>`` included when ``finished``), and the search's ``score`` (beam: length-normalised)."""
+
+    tokens: list[int]
+    logprob: float
+    score: float
+    finished: bool = True
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), |Y| with ``</s>``."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
+    """Per-sentence limit on generated tokens, ``</s>`` included: ``a * |src| + b``. Shape (B,)."""
+    src_len = (src != PAD_ID).sum(dim=1)
+    return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions - 1)
+
+
+def next_logprobs(
+    model: Transformer,
+    y: Tensor,
+    memory: Tensor,
+    src_mask: Tensor,
+    cache: DecoderCache | None,
+    allow_eos: bool = True,
+) -> Tensor:
+    """log p(. | x, y) for the last position: (b, V), fp32. With a cache, y holds the newest
+    tokens only. ``<pad>`` and ``<s>`` are never generated (nor ``</s>`` unless ``allow_eos``),
+    but the other log-probabilities stay the model's own (no renormalisation), so scores equal
+    a teacher-forced pass's."""
+    if cache is None:  # y is the whole prefix: the output layer scores its last position only
+        last = torch.zeros_like(y, dtype=torch.bool)
+        last[:, -1] = True
+        logits = model.decode(y, memory, src_mask, None, at=last)  # (b, V)
+    else:
+        logits = model.decode(y, memory, src_mask, cache)[:, -1]  # (b, V)
+    never = [PAD_ID, BOS_ID] if allow_eos else [PAD_ID, BOS_ID, EOS_ID]
+    never_ids = torch.tensor(never, device=logits.device)
+    return logits.float().log_softmax(dim=-1).index_fill_(1, never_ids, float("-inf"))
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+) -> list[Hypothesis]:
+    """Pick the most probable next token until ``</s>`` or the length limit, for a batch src (B, S).
+
+    With the cache each step feeds only the newest token; without it the whole prefix is
+    decoded again (for comparison and teaching). Finished sentences leave the active batch.
+    """
+    B = src.size(0)
+    limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
+    T_max = int(limits.max())
+    memory, src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
+    cache = model.init_cache(memory, src_mask, T_max) if use_cache else None
+    y = torch.full((B, T_max + 1), PAD_ID, dtype=torch.long, device=src.device)  # <s> y_1 .. y_T
+    y[:, 0] = BOS_ID
+    logprob = torch.zeros(B, device=src.device)  # of each active row, as are y and limits
+    alive = torch.arange(B, device=src.device)  # original row of each active row
+    out: list[Hypothesis] = [None] * B  # type: ignore[list-item]
+    for t in range(T_max):
+        inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
+        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b, V)
+        best_logp, best = logp.max(dim=-1)  # (b,), (b,): value and index in one pass
+        logprob += best_logp
+        y[:, t + 1] = best
+        done = (best == EOS_ID) | (limits <= t + 1)
+        if not done.any():
+            continue
+        for r in done.nonzero().flatten().tolist():
+            ended, lp = bool(best[r] == EOS_ID), float(logprob[r])
+            out[int(alive[r])] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), lp, lp, ended)
+        keep = (~done).nonzero().flatten()
+        if keep.numel() == 0:
+            break
+        alive, y, logprob, limits = alive[keep], y[keep], logprob[keep], limits[keep]
+        if cache is not None:
+            cache.select(keep, keep)
+        else:
+            memory, src_mask = memory[keep], src_mask[keep]
+    return out
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+) -> list[list[Hypothesis]]:
+    """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
+    ``logprob / lp(|Y|)``.
+
+    Beams are flattened to (B*k) rows, sentence-major. Each step: add every continuation's
+    log-probability to its beam's score, take the top 2k of the sentence's k*V candidates;
+    those in the top k that end in ``</s>`` are finished, the best k others live on (the cache
+    rows reordered to follow them). A sentence is done when it has k finished hypotheses and no
+    live beam can still beat the worst of them: scores only fall as tokens are added, so a live
+    beam's best reachable normalised score is its score over lp at the length that maximises it.
+    Done sentences leave the batch; cross-attention K, V stay one copy per sentence.
+    """
+    k, B, device = cfg.beam, src.size(0), src.device
+    limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
+    T_max = int(limits.max())
+    memory, src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
+    if use_cache:
+        cache = model.init_cache(memory, src_mask, T_max, beams=k)
+    else:
+        cache = None
+        memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
+    y = torch.full((B * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
+    y[:, 0] = BOS_ID
+    scores = torch.full((B, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start equal: expand only the first at step 0
+    sent = torch.arange(B, device=device)  # original index of each active sentence
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    rank = torch.arange(2 * k, device=device)
+    for t in range(T_max):
+        b = sent.numel()
+        inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
+        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b*k, V)
+        V = logp.size(-1)
+        cand = logp.add_(scores.view(-1, 1)).view(b, k * V)  # (b, k*V), in place
+        top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
+        beam, token = idx // V, idx % V  # (b, 2k)
+        at_limit = limits[sent] <= t + 1  # (b,)
+        ends = ((token == EOS_ID) | at_limit[:, None]) & (rank[: top.size(1)] < k) & top.isfinite()
+        for i, j in ends.nonzero().tolist():
+            eos = bool(token[i, j] == EOS_ID)
+            prefix = y[int(i * k + beam[i, j]), 1 : t + 1].tolist()
+            toks = prefix if eos else [*prefix, int(token[i, j])]
+            lp = float(top[i, j])
+            finished[int(sent[i])].append(
+                Hypothesis(toks, lp, lp / length_penalty(t + 1, cfg.alpha), eos)
+            )
+        live_scores, pos = top.masked_fill(token == EOS_ID, float("-inf")).topk(k, dim=1)  # (b, k)
+        rows = (
+            torch.arange(b, device=device)[:, None] * k + beam.gather(1, pos)
+        ).flatten()  # (b*k,)
+        y = y[rows]
+        y[:, t + 1] = token.gather(1, pos).flatten()
+        scores = live_scores
+        done = at_limit.clone()
+        for i in (~at_limit).nonzero().flatten().tolist():
+            hyps = finished[int(sent[i])]
+            if len(hyps) >= k:
+                worst = sorted(h.score for h in hyps)[-k]
+                reach = max(
+                    length_penalty(t + 2, cfg.alpha),
+                    length_penalty(int(limits[sent[i]]), cfg.alpha),
+                )
+                best_reachable = float(scores[i, 0]) / reach  # scores are <= 0
+                done[i] = best_reachable <= worst
+        if done.any():
+            keep = (~done).nonzero().flatten()  # (b',)
+            if keep.numel() == 0:
+                break
+            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()  # (b'*k,)
+            sent, scores, y, rows = (
+                sent[keep],
+                scores[keep],
+                y[keep_rows],
+                rows.view(b, k)[keep].flatten(),
+            )
+            if cache is None:
+                memory, src_mask = memory[keep_rows], src_mask[keep_rows]
+            else:
+                cache.select(rows, keep)
+        elif cache is not None:
+            cache.select(rows)
+    return [sorted(h, key=lambda h: -h.score)[: cfg.nbest] for h in finished]
+
+
+def search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+) -> list[list[Hypothesis]]:
+    """Greedy for ``beam == 1``, else beam search: the n-best list of each sentence of src."""
+    if cfg.beam == 1:
+        return [[h] for h in greedy_search(model, src, cfg, use_cache)]
+    return beam_search(model, src, cfg, use_cache)
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The n-best hypotheses of one input, and the decoding time of its batch per sentence."""
+
+    hypotheses: list[Hypothesis]
+    seconds: float
+
+
+def translate_ids(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    cfg: DecodeConfig = DEFAULT,
+    max_tokens: int = 4096,
+    use_cache: bool = True,
+    max_sentences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Translation]:
+    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
+    An empty input (a blank line) gets one empty translation without running the model.
+
+    ``on_batch(n)`` is called after each batch of n sentences (for progress bars).
+    """
+    device = next(model.parameters()).device
+    lengths = [len(s) + 1 for s in sources]
+    limit = model.cfg.max_positions
+    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
+    if too_long is not None:
+        raise TformerError(
+            f"input {too_long + 1} has {lengths[too_long]} tokens; this model reads at most {limit}"
+        )
+    empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
+    results = [None if s else empty for s in sources]
+    real = [i for i, s in enumerate(sources) if s]
+    if on_batch is not None and len(real) < len(sources):
+        on_batch(len(sources) - len(real))
+    for sub in token_batches([lengths[i] for i in real], max_tokens, max_sentences=max_sentences):
+        batch = [real[j] for j in sub]
+        start = time.perf_counter()
+        src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
+        nbest = search(model, src, cfg, use_cache)
+        seconds = (time.perf_counter() - start) / len(batch)
+        for i, hyps in zip(batch, nbest, strict=True):
+            results[i] = Translation(hyps, seconds)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return results  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class TextTranslation:
+    """One input's n-best translations (detokenized) with their hypotheses, and timing."""
+
+    source: str
+    translations: list[str]
+    hypotheses: list[Hypothesis]
+    seconds: float
+
+
+def translate_texts(
+    run: LoadedRun,
+    texts: Sequence[str],
+    cfg: DecodeConfig = DEFAULT,
+    max_tokens: int = 4096,
+    use_cache: bool = True,
+    max_sentences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[TextTranslation]:
+    """Tokenize, translate and detokenize sentences with a loaded run, in input order."""
+    with inference(run.device, run.dtype):
+        sources = encode(run.tokenizer, texts)
+        results = translate_ids(
+            run.model, sources, cfg, max_tokens, use_cache, max_sentences, on_batch
+        )
+    return [
+        TextTranslation(
+            text, decode(run.tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses, r.seconds
+        )
+        for text, r in zip(texts, results, strict=True)
+    ]

@@ -1,0 +1,2 @@
+"""Measuring a trained model: BLEU/chrF and teacher-forced metrics, the exposure-bias report,
+and the attention maps."""

@@ -1,0 +1,373 @@
+"""Drawing attention maps: a rich terminal heatmap, SVG, self-contained HTML, PNG (matplotlib,
+optional) and JSON. Pure functions from the data of ``attention_view`` to text or a file.
+
+Every picture has rows = queries (target tokens for cross- and decoder self-attention) and
+columns = keys (source tokens, or the target prefix), a colour scale from 0 to 1, and a mark on
+the strongest cell of each row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+from tformer_cli.errors import TformerError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from tformer_cli.report.attention.view import AttentionMaps, HeadRow, Panel, View
+
+# matplotlib's viridis at 10 even steps: dark purple (0) -> yellow (1), readable in grey too.
+VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e",
+           "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725")  # fmt: skip
+SHADES = " ·░▒▓█"  # weight ~0, .2, .4, .6, .8, 1 when the terminal shows no colour
+CELL = 2  # terminal characters per column
+MAX_LABEL = 12  # longest token label shown in the terminal (longer ones end in "…")
+
+
+def colour(weight: float) -> str:
+    """The viridis colour of a weight in [0, 1], as ``#rrggbb`` (linear between the stops)."""
+    x = min(max(weight, 0.0), 1.0) * (len(VIRIDIS) - 1)
+    i = min(int(x), len(VIRIDIS) - 2)
+    lo, hi = (tuple(int(c[k : k + 2], 16) for k in (1, 3, 5)) for c in VIRIDIS[i : i + 2])
+    return "#" + "".join(f"{round(a + (b - a) * (x - i)):02x}" for a, b in zip(lo, hi, strict=True))
+
+
+def shade(weight: float) -> str:
+    return SHADES[min(len(SHADES) - 1, round(weight * (len(SHADES) - 1)))]
+
+
+def crop(label: str, width: int = MAX_LABEL) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def axis_names(kind: str) -> tuple[str, str]:
+    """What the rows and the columns of a kind's maps are."""
+    rows = "source tokens" if kind == "encoder" else "target tokens (generated)"
+    return rows, "target prefix (decoder input)" if kind == "decoder" else "source tokens"
+
+
+def plain(token: str) -> str:
+    """A subword without its word-start mark ``▁`` (kept when it is the whole token)."""
+    return token[1:] if token.startswith("▁") and len(token) > 1 else token
+
+
+# ---------------------------------------------------------------------------- terminal
+def _panel_text(panel: Panel, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
+    """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight,
+    for the first len(cols) columns. The strongest cell of each row (over all columns) shows its
+    weight in percent instead of a shade.
+    """
+    w = panel.weights  # (rows, all columns)
+    label_w = max(len(crop(r)) for r in rows)
+    col_labels = [crop(c) for c in cols]
+    height = max(len(c) for c in col_labels)
+    width = label_w + 1 + CELL * len(cols)
+    text = Text()
+    text.append((panel.title if len(panel.title) <= width else panel.short) + "\n", style="bold")
+    for line in range(height):  # labels written downwards, ending just above the grid
+        chars = [
+            (c[line - height + len(c)] if line >= height - len(c) else " ") for c in col_labels
+        ]
+        text.append(" " * (label_w + 1) + "".join(ch.ljust(CELL) for ch in chars).rstrip() + "\n")
+    best = w.argmax(dim=-1).tolist()
+    for r, row in enumerate(rows):
+        text.append(crop(row).rjust(label_w) + " ")
+        for c, weight in enumerate(w[r, : len(cols)].tolist()):
+            cell = f"{min(99, round(100 * weight)):2d}" if c == best[r] else None
+            if color:
+                fg = "#000000" if weight > 0.55 else "#ffffff"
+                text.append(cell or " " * CELL, Style(color=fg, bgcolor=colour(weight)))
+            else:
+                text.append(cell or shade(weight) * CELL)
+        text.append("\n")
+    text.rstrip()
+    return text
+
+
+def legend(color: bool) -> Text:
+    """The colour (or shade) scale and what the numbers mean."""
+    text = Text("weights: ")
+    if color:
+        text.append("0 ")
+        for k in range(11):
+            text.append(" ", Style(bgcolor=colour(k / 10)))
+        text.append(" 1")
+    else:
+        text.append("blank ~0  · .2  ░ .4  ▒ .6  ▓ .8  █ 1")
+    text.append("; digits: each row's strongest cell, its weight in %")
+    return text
+
+
+def render_terminal(view: View, width: int = 100, color: bool = True) -> RenderableType:
+    """The view's panels side by side as far as ``width`` allows, else one after another.
+
+    Columns that do not fit are cropped, with a note saying how many are shown.
+    """
+    rows, cols = [plain(t) for t in view.row_labels], [plain(t) for t in view.col_labels]
+    label_w = max(len(crop(r)) for r in rows)
+    fit = max(1, (width - label_w - 1) // CELL)
+    notes = []
+    if len(cols) > fit:
+        notes.append(
+            f"cropped: first {fit} of {len(cols)} columns shown;"
+            " widen the terminal or --save FILE.svg for all"
+        )
+    shown = cols[:fit]
+    panels = [_panel_text(p, rows, shown, color) for p in view.panels]
+    panel_w = label_w + 1 + CELL * len(shown)
+    per_row = view.columns((width + 3) // (panel_w + 3))
+    grid = Table.grid(padding=(1, 3))
+    for _ in range(per_row):
+        grid.add_column(no_wrap=True)
+    for i in range(0, len(panels), per_row):
+        chunk = panels[i : i + per_row]
+        grid.add_row(*chunk, *[""] * (per_row - len(chunk)))
+    row_axis, col_axis = axis_names(view.kind)
+    head = Text(f"{view.title}\nrows: {row_axis} · columns: {col_axis}", style="bold")
+    return Group(head, grid, Text(), legend(color), *(Text(n, style="yellow") for n in notes))
+
+
+def summary_table(
+    rows: Sequence[HeadRow], kind: str, best: tuple[int, int] | None, width: int = 100
+) -> Table:
+    """Per layer and head: entropy, alignment accuracy (cross, toy) and the strongest column of
+    each row, cropped to ``width``. The best-aligned head is highlighted."""
+    table = Table(title=f"{kind} attention per head", title_justify="left")
+    names = ["layer", "head", "entropy (bits)"]
+    aligned = any(r.alignment is not None for r in rows)
+    if aligned:
+        names += ["aligned", "crossing"]
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    fixed = sum(map(len, names)) + 3 * len(names) + 4  # padding and borders
+    what = "source" if kind != "decoder" else "prefix"
+    table.add_column(
+        f"strongest {what} token per row",
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(10, width - fixed),
+    )
+    for r in rows:
+        cells = [str(r.layer), str(r.head), f"{r.entropy:.2f}"]  # no_wrap: headers are widest
+        if aligned:
+            cells += [f"{r.alignment:.1%}", f"{r.crossing:.1%}"]
+        cells.append(" ".join(plain(t) for t in r.strongest))
+        star = best is not None and (r.layer - 1, r.head - 1) == best
+        table.add_row(*cells, style="bold green" if star else None)
+    return table
+
+
+# ---------------------------------------------------------------------------- SVG / HTML
+FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
+CHAR_W = 6.6  # average glyph width at 11 px, for layout
+
+
+def _svg_panel(
+    title: str, w: Tensor, rows: Sequence[str], cols: Sequence[str], c: float
+) -> tuple[list[str], tuple[float, float]]:
+    """SVG elements of one panel at the origin, and its (width, height)."""
+    left = max(len(r) for r in rows) * CHAR_W + 10
+    top = 22 + max(len(s) for s in cols) * CHAR_W * 0.87 + 8  # labels rotated by 60 degrees
+    out = [f"<text x='{left}' y='14' font-size='12' font-weight='bold'>{escape(title)}</text>"]
+    for j, col in enumerate(cols):
+        x, y = left + (j + 0.5) * c, top - 4
+        out.append(
+            f"<text x='{x:.1f}' y='{y:.1f}' font-size='11' transform='rotate(-60 {x:.1f} {y:.1f})'"
+            f">{escape(col)}</text>"
+        )
+    best = w.argmax(dim=-1).tolist()
+    for i, row in enumerate(rows):
+        y = top + i * c
+        out.append(
+            f"<text x='{left - 5}' y='{y + c / 2 + 4:.1f}' font-size='11' text-anchor='end'>"
+            f"{escape(row)}</text>"
+        )
+        for j, weight in enumerate(w[i].tolist()):
+            tip = escape(f"{row} → {cols[j]}: {weight:.3f}")
+            out.append(
+                f"<rect x='{left + j * c:.1f}' y='{y:.1f}' width='{c:.1f}' height='{c:.1f}' "
+                f"fill='{colour(weight)}'><title>{tip}</title></rect>"
+            )
+        cx, cy = left + (best[i] + 0.5) * c, y + c / 2
+        out.append(
+            f"<circle cx='{cx:.1f}' cy='{cy:.1f}' r='{c / 5:.1f}' fill='#fff' stroke='#000' "
+            "stroke-width='0.8'/>"
+        )
+    return out, (left + len(cols) * c + 16, top + len(rows) * c + 16)
+
+
+def to_svg(view: View, source: str = "", translation: str = "", note: str = "") -> str:
+    """A standalone SVG: title, source and translation, one panel per head/layer, colour bar."""
+    rows, cols = view.row_labels, view.col_labels
+    c = max(10.0, min(22.0, 520 / max(len(rows), len(cols))))
+    panels = [_svg_panel(p.title, p.weights, rows, cols, c) for p in view.panels]
+    pw, ph = panels[0][1]
+    per_row = view.columns(int(1600 // pw))
+    lines = [view.title]
+    if source:
+        lines.append(f"source: {source}")
+    if translation:
+        lines.append(f"translation: {translation}")
+    row_axis, col_axis = axis_names(view.kind)
+    lines.append(f"rows: {row_axis} · columns: {col_axis} · dot: strongest cell per row")
+    lines += note.splitlines()
+    header = 18 * len(lines) + 40
+    n_rows = math.ceil(len(panels) / per_row)
+    width = max(per_row * pw, 360, max(len(s) for s in lines) * CHAR_W * 1.05 + 20)
+    height = header + n_rows * ph
+    body = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
+        f"viewBox='0 0 {width:.0f} {height:.0f}' {FONT}>",
+        "<style>rect{shape-rendering:crispEdges}</style>",  # no seams between cells
+        f"<rect width='{width:.0f}' height='{height:.0f}' fill='#fff'/>",
+        "<defs><linearGradient id='scale'>"
+        + "".join(
+            f"<stop offset='{k / (len(VIRIDIS) - 1):.3f}' stop-color='{s}'/>"
+            for k, s in enumerate(VIRIDIS)
+        )
+        + "</linearGradient></defs>",
+    ]
+    for k, line in enumerate(lines):
+        size, bold = (14, " font-weight='bold'") if k == 0 else (11, "")
+        body.append(
+            f"<text x='10' y='{20 + 18 * k}' font-size='{size}'{bold}>{escape(line)}</text>"
+        )
+    y0 = 18 * len(lines) + 12
+    body.append(f"<text x='10' y='{y0 + 11}' font-size='11'>weight 0</text>")
+    body.append(f"<rect x='62' y='{y0}' width='200' height='14' fill='url(#scale)' stroke='#888'/>")
+    body.append(f"<text x='268' y='{y0 + 11}' font-size='11'>1</text>")
+    for k, (elements, _) in enumerate(panels):
+        x, y = (k % per_row) * pw, header + (k // per_row) * ph
+        body.append(f"<g transform='translate({x:.1f} {y:.1f})'>{''.join(elements)}</g>")
+    body.append("</svg>")
+    return "\n".join(body) + "\n"
+
+
+def to_html(
+    view: View, source: str, translation: str, rows: Sequence[HeadRow] = (), note: str = ""
+) -> str:
+    """One self-contained page: the SVG inline, how to read it, and the per-head table."""
+    table = ""
+    if rows:
+        aligned = any(r.alignment is not None for r in rows)
+        head = "<th>layer</th><th>head</th><th>entropy (bits)</th>"
+        head += "<th>alignment accuracy</th><th>on crossing links</th>" if aligned else ""
+        body = []
+        for r in rows:
+            cells = f"<td>{r.layer}</td><td>{r.head}</td><td>{r.entropy:.2f}</td>"
+            if aligned:
+                cells += f"<td>{r.alignment:.1%}</td><td>{r.crossing:.1%}</td>"
+            body.append(f"<tr>{cells}</tr>")
+        caption = "<caption>Entropy: mean bits per row on this sentence (0 = one position). " + (
+            "Alignment accuracy: share of gold-aligned target words of the toy test split "
+            "whose strongest source word is an aligned one; crossing: the same for reordered "
+            "words only.</caption>"
+            if aligned
+            else "</caption>"
+        )
+        table = f"<table>{caption}<tr>{head}</tr>{''.join(body)}</table>"
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(view.title)}</title><style>"
+        "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:1.5em;color:#222}"
+        "table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;"
+        "padding:.2em .6em;text-align:right}th{background:#f3f3f3}p{max-width:60em}"
+        "</style></head><body>\n"
+        f"<h1>{escape(view.title)}</h1>\n"
+        f"<p><b>Source:</b> {escape(source)}<br><b>Translation:</b> {escape(translation)}</p>\n"
+        "<p>Each panel is one attention head: a row is a query token, a column a key token, and "
+        "the colour the share of the row's attention given to that column (each row sums to 1). "
+        "The dot marks each row's strongest cell. Hover a cell for its exact weight.</p>\n"
+        f"{to_svg(view, source, translation, note)}"
+        f"{f'<p>{escape(note)}</p>' if note else ''}{table}\n</body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------------------- PNG / JSON
+def require_matplotlib() -> None:
+    """Fail with one line when the optional ``plot`` extra is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise TformerError(
+            "saving .png needs matplotlib: pip install -e '.[plot]' in the tformer clone"
+            " (or pip install matplotlib), or save .svg / .html"
+        ) from None
+
+
+def to_png(view: View, path: Path, source: str = "", translation: str = "") -> None:
+    """Draw the view with matplotlib (the ``plot`` extra) into ``path``."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, cols = view.row_labels, view.col_labels
+    n = len(view.panels)
+    per_row = view.columns(4)
+    grid_rows = math.ceil(n / per_row)
+    size = (0.3 * len(cols) + 1.8, 0.3 * len(rows) + 1.6)
+    fig, axes = plt.subplots(
+        grid_rows, per_row, figsize=(size[0] * per_row + 1.2, size[1] * grid_rows + 1.0),
+        squeeze=False, constrained_layout=True,
+    )  # fmt: skip
+    image = None
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.axis("off")
+            continue
+        w = view.panels[k].weights.numpy()
+        image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal")
+        ax.scatter(w.argmax(axis=1), range(len(rows)), s=12, c="white", edgecolors="black")
+        ax.set_xticks(range(len(cols)), cols, rotation=60, ha="left", fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.xaxis.tick_top()
+        ax.set_xlabel(view.panels[k].title, fontsize=9, fontweight="bold")
+        if k % per_row == 0:
+            ax.set_ylabel(axis_names(view.kind)[0], fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (dot: strongest per row)")
+    lines = [view.title, f"columns: {axis_names(view.kind)[1]}"]
+    lines += [
+        f"{name}: {text}" for name, text in (("source", source), ("translation", translation))
+    ]
+    fig.suptitle("\n".join(lines), fontsize=9)
+    fig.savefig(path, dpi=150, format="png")
+    plt.close(fig)
+
+
+def to_json(maps: AttentionMaps, rows: Sequence[HeadRow] = (), extra: dict | None = None) -> str:
+    """The raw weights of every kind with their token labels, for notebooks."""
+    kinds = {}
+    for kind, w in maps.weights.items():
+        row_labels, col_labels = maps.labels(kind)
+        kinds[kind] = {
+            "rows": row_labels,
+            "cols": col_labels,
+            "weights": [
+                [[[round(x, 6) for x in r] for r in h] for h in layer] for layer in w.tolist()
+            ],
+        }
+    record = {
+        "source": maps.source,
+        "translation": maps.translation,
+        "src_tokens": maps.src_tokens,
+        "tgt_inputs": maps.tgt_inputs,
+        "tgt_tokens": maps.tgt_tokens,
+        "layout": "attention[kind]['weights'][layer][head][row][col], 0-based; each row sums to 1",
+        "attention": kinds,
+        "heads": [vars(r) for r in rows],
+        **(extra or {}),
+    }
+    return json.dumps(record, ensure_ascii=False) + "\n"

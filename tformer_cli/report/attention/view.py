@@ -1,0 +1,346 @@
+"""Attention inspection: collect every layer's and head's weights for one translation, measure
+them (entropy, agreement with a gold word alignment) and pick what to show.
+
+The weights come from one teacher-forced pass over (source + ``</s>``, ``<s>`` + the chosen
+hypothesis) with every attention sublayer on its explicit path (``Transformer.record_attention``).
+That pass computes exactly what cached decoding computed step by step, so for beam search the
+weights follow the chosen hypothesis. Rows of cross- and decoder self-attention are labelled with
+the token *generated* at that step (decoder input ``<s> y_1 .. y_{n-1}`` predicts ``y_1 .. y_n``).
+
+Layers and heads are numbered from 1 in everything a person reads; tensors are 0-based.
+Drawing lives in ``attention_render``, scoring heads against gold alignments in
+``attention_align``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from rich.console import Console
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from tformer_cli.data.batching import pad
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
+from tformer_cli.errors import TformerError
+from tformer_cli.model import Transformer
+
+if TYPE_CHECKING:
+    from tformer_cli.report.attention.align import AlignmentScore
+
+KINDS = ("cross", "encoder", "decoder")
+KIND_NAMES = {
+    "cross": "cross-attention (target → source)",
+    "encoder": "encoder self-attention (source → source)",
+    "decoder": "decoder self-attention (target → target prefix, causal)",
+}
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Every attention weight of one sentence pair.
+
+    ``weights[kind]`` has shape (L, h, rows, cols): ``encoder`` (S, S), ``decoder`` (T, T) and
+    ``cross`` (T, S), with S = len(src_tokens) (``</s>`` included) and T = len(tgt_tokens).
+    """
+
+    source: str
+    translation: str
+    src_tokens: list[str]  # encoder input: subwords + "</s>"
+    tgt_inputs: list[str]  # decoder input: "<s>" y_1 .. y_{T-1}
+    tgt_tokens: list[str]  # generated at each step: y_1 .. y_T ("</s>" last when finished)
+    weights: dict[str, Tensor]
+
+    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+        """(row labels, column labels) of a kind's maps."""
+        if kind == "encoder":
+            return self.src_tokens, self.src_tokens
+        if kind == "decoder":
+            return self.tgt_tokens, self.tgt_inputs
+        return self.tgt_tokens, self.src_tokens
+
+
+@torch.inference_mode()
+def collect(
+    model: Transformer, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+) -> dict[str, Tensor]:
+    """Attention weights of a batch of pairs by kind, each (B, L, h, rows, cols), fp32 on CPU.
+
+    ``sources`` are token ids without ``</s>``; ``targets`` are the tokens to generate (``</s>``
+    included when the hypothesis finished): the decoder is fed ``<s>`` + all but the last. Rows
+    and columns past a pair's own lengths are padding (right-padded with zeros).
+    """
+    src = pad([[*s, EOS_ID] for s in sources]).to(next(model.parameters()).device)  # (B, S)
+    y = pad([[BOS_ID, *t[:-1]] for t in targets]).to(src.device)  # (B, T)
+    model.record_attention(True)
+    try:
+        model(src, y)
+        modules = model.attention_modules()
+        out = {
+            kind: torch.stack([m.weights for m in modules[kind]], dim=1).float().cpu()
+            for kind in KINDS
+        }  # L x (B, h, rows, cols) -> (B, L, h, rows, cols)
+    finally:
+        model.record_attention(False)
+    return out  # padded keys got exactly 0: exp(-inf) = 0
+
+
+def inspect_pair(
+    model: Transformer, tok: Tokenizer, source: str, src_ids: list[int], targets: list[int]
+) -> AttentionMaps:
+    """The maps of one (source, generated tokens) pair, with readable token labels."""
+    weights = {kind: w[0] for kind, w in collect(model, [src_ids], [targets]).items()}
+    names = [tok.id_to_token(i) for i in targets]
+    text_ids = [i for i in targets if i != EOS_ID]
+    return AttentionMaps(
+        source=source,
+        translation=tok.decode(text_ids, skip_special_tokens=True),
+        src_tokens=[*(tok.id_to_token(i) for i in src_ids), "</s>"],
+        tgt_inputs=["<s>", *names[:-1]],
+        tgt_tokens=names,
+        weights=weights,
+    )
+
+
+# ---------------------------------------------------------------------------- selection
+@dataclass(frozen=True)
+class Panel:
+    """One heatmap: a (layer, head) map or a mean over heads, with its title."""
+
+    title: str  # "layer 2 · head 3"
+    short: str  # "L2 H3", for narrow terminal panels
+    weights: Tensor  # (rows, cols)
+
+
+@dataclass(frozen=True)
+class View:
+    """What to draw: panels of one kind sharing row and column labels."""
+
+    kind: str
+    title: str
+    row_labels: list[str]
+    col_labels: list[str]
+    panels: list[Panel]
+    per_layer: int = 1  # panels of one layer: pictures start each layer on a new row
+
+    def columns(self, fit: int) -> int:
+        """Panels per row when ``fit`` would fit: one layer per row if it fits, else as many."""
+        if 1 < self.per_layer <= fit:
+            return self.per_layer
+        return max(1, min(len(self.panels), fit))
+
+
+def _parse_index(
+    value: str, count: int, option: str, noun: str, words: tuple[str, ...]
+) -> int | str:
+    """A 1-based number in 1..count (returned 0-based) or one of ``words``; else a clear error."""
+    value = value.strip().lower()
+    if value in words:
+        return value
+    choices = f"use 1..{count}, {' or '.join(words)}"
+    try:
+        number = int(value)
+    except ValueError:
+        raise TformerError(f"--{option} {value!r} is not a number ({choices})") from None
+    if not 1 <= number <= count:
+        raise TformerError(f"--{option} {number} is out of range: {count} {noun} ({choices})")
+    return number - 1
+
+
+def check_selection(
+    kind: str, layer: str, head: str, n_layers: int, n_heads: int
+) -> tuple[int | str, int | str]:
+    """Validate ``--kind/--layer/--head`` before any work: (layer, head) 0-based or a word."""
+    if kind not in KINDS:
+        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    stack = "encoder" if kind == "encoder" else "decoder"
+    return (
+        _parse_index(layer, n_layers, "layer", f"{stack} layers", ("last", "all")),
+        _parse_index(head, n_heads, "head", "heads", ("all", "mean")),
+    )
+
+
+def select(
+    maps: AttentionMaps,
+    kind: str,
+    layer: str = "last",
+    head: str = "all",
+    accuracy: Tensor | None = None,
+) -> View:
+    """The panels for ``--kind/--layer/--head`` (numbers 1-based; ``last``/``all``/``mean``).
+
+    With ``accuracy`` (L, h), each head's title also gives its alignment accuracy.
+    """
+    w = maps.weights.get(kind)  # (L, h, rows, cols)
+    L, h = w.shape[:2] if w is not None else (0, 0)
+    li, hi = check_selection(kind, layer, head, L, h)
+    layers = range(L) if li == "all" else [L - 1 if li == "last" else int(li)]
+    panels = []
+    for i in layers:
+        if hi == "mean":
+            panels.append(
+                Panel(f"layer {i + 1} · mean of {h} heads", f"L{i + 1} mean", w[i].mean(0))
+            )
+            continue
+        for j in range(h) if hi == "all" else [int(hi)]:
+            title, short = f"layer {i + 1} · head {j + 1}", f"L{i + 1} H{j + 1}"
+            if accuracy is not None:
+                title, short = (
+                    f"{title} · aligned {accuracy[i, j]:.0%}",
+                    f"{short} {accuracy[i, j]:.0%}",
+                )
+            panels.append(Panel(title, short, w[i, j]))
+    which = "all layers" if li == "all" else f"layer {layers[0] + 1} of {L}"
+    rows, cols = maps.labels(kind)
+    return View(
+        kind, f"{KIND_NAMES[kind]}, {which}", rows, cols, panels, len(panels) // len(layers)
+    )
+
+
+# ---------------------------------------------------------------------------- measures
+def entropy_bits(weights: Tensor) -> Tensor:
+    """Mean over query rows of H(row) = -sum_j p_j log2 p_j, in bits: (..., rows, cols) -> (...).
+
+    0 bits: all attention on one position; log2(n) bits: spread evenly over n positions.
+    """
+    p = weights.clamp_min(1e-30)
+    return -(weights * p.log2()).sum(dim=-1).mean(dim=-1)
+
+
+@dataclass(frozen=True)
+class HeadRow:
+    """One line of the per-head summary (layer and head numbered from 1)."""
+
+    layer: int
+    head: int
+    entropy: float  # mean bits per row on this sentence
+    strongest: list[str]  # the column label each row attends to most
+    alignment: float | None = None  # share of gold-aligned target words (toy test split)
+    crossing: float | None = None  # the same on target words with crossing (reordered) links
+
+
+def summary_rows(
+    maps: AttentionMaps, kind: str, score: AlignmentScore | None = None
+) -> list[HeadRow]:
+    """Every (layer, head) of a kind: entropy on this sentence, the strongest column of each row,
+    and (cross-attention, with gold alignments) the alignment accuracy."""
+    w = maps.weights[kind]  # (L, h, rows, cols)
+    entropy, strongest = entropy_bits(w), w.argmax(dim=-1)  # (L, h), (L, h, rows)
+    cols = maps.labels(kind)[1]
+    return [
+        HeadRow(
+            layer + 1,
+            head + 1,
+            float(entropy[layer, head]),
+            [cols[j] for j in strongest[layer, head].tolist()],
+            None if score is None else float(score.accuracy[layer, head]),
+            None if score is None else float(score.crossing[layer, head]),
+        )
+        for layer in range(w.size(0))
+        for head in range(w.size(1))
+    ]
+
+
+# ---------------------------------------------------------------------------- the command
+PICTURES = (".svg", ".html", ".htm", ".png")
+ALIGNED = "\naligned: share of gold-aligned target words whose strongest source word is aligned"
+
+
+def inspect_attention(
+    text: str,
+    model_dir: Path | None,
+    out: Console,
+    err: Console,
+    *,
+    beam: int = 1,
+    kind: str = "cross",
+    layer: str = "last",
+    head: str = "all",
+    save: Path | None = None,
+    json_path: Path | None = None,
+    align: bool = True,
+    align_sentences: int = 200,
+    device: str = "auto",
+    precision: str = "fp32",
+) -> None:
+    """``tformer inspect-attention``: translate, print the heatmap(s) and the per-head summary,
+    and write the picture and JSON asked for. Bad options fail before any work."""
+    from tformer_cli.checkpoint import load_run
+    from tformer_cli.config import DecodeConfig
+    from tformer_cli.data.tokenizer import encode
+    from tformer_cli.decode.search import search
+    from tformer_cli.device import inference
+    from tformer_cli.files import atomic_write, atomic_write_text
+    from tformer_cli.report.attention import render
+    from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
+
+    if kind not in KINDS:
+        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    if save is not None and save.suffix.lower() not in PICTURES:
+        raise TformerError(f"--save {save}: use a .svg, .html or .png file name")
+    if save is not None and save.suffix.lower() == ".png":
+        render.require_matplotlib()
+    run = load_run(model_dir, device, precision)
+    model, tok = run.model, run.tokenizer
+    n_layers = len(model.encoder if kind == "encoder" else model.decoder)
+    check_selection(kind, layer, head, n_layers, model.cfg.h)
+    src_ids = encode(tok, [text])[0]
+    if not src_ids:
+        raise TformerError("nothing to translate: the text is empty")
+    if len(src_ids) + 1 > model.cfg.max_positions:
+        raise TformerError(f"the text has {len(src_ids)} tokens; the model takes at most "
+                           f"{model.cfg.max_positions - 1}")  # fmt: skip
+    with inference(run.device, run.dtype):
+        src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
+        best = search(model, src, DecodeConfig(beam=beam), use_cache=True)[0][0]
+        maps = inspect_pair(model, tok, text, src_ids, best.tokens + [EOS_ID] * best.finished)
+    score, note = None, ""
+    if align and kind == "cross":
+        if run.config.train.data == "toy":
+            from tformer_cli.data.corpus import toy_corpus_dir
+
+            pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", align_sentences)
+            with inference(run.device, run.dtype):
+                score = alignment_accuracy(model, tok, pairs, links)
+            if score.words == 0:
+                score, note = None, "alignment accuracy: no test pair's subwords map to its words"
+        else:
+            note = "alignment accuracy needs gold word alignments: only runs trained on toy"
+    rows = summary_rows(maps, kind, score)
+    search_name = "greedy" if beam == 1 else f"beam {beam}, best hypothesis"
+    out.print(f"source: {maps.source}", markup=False)
+    out.print(f"translation ({search_name}): {maps.translation}", markup=False)
+    out.print()
+    view = select(maps, kind, layer, head, None if score is None else score.accuracy)
+    color = out.color_system in ("256", "truecolor") and not out.no_color  # 16 colours: shades
+    out.print(render.render_terminal(view, out.width, color))
+    out.print()
+    best_head = score.best() if score is not None else None
+    out.print(render.summary_table(rows, kind, best_head, out.width))
+    if score is not None and best_head is not None:
+        li, hi = best_head
+        note = (
+            f"best aligned head: layer {li + 1} head {hi + 1}, "
+            f"{score.accuracy[li, hi]:.1%} of {score.words} gold-aligned target words "
+            f"({score.crossing[li, hi]:.1%} of {score.crossing_words} with crossing links) "
+            f"on {score.sentences} toy test sentences"
+        )
+    if note:
+        out.print(note, markup=False)
+    if save is not None:
+        if save.suffix.lower() == ".png":
+            atomic_write(save, lambda tmp: render.to_png(view, tmp, maps.source, maps.translation))
+        elif save.suffix.lower() == ".svg":
+            legend = note + (ALIGNED if score is not None else "")
+            atomic_write_text(save, render.to_svg(view, maps.source, maps.translation, legend))
+        else:
+            atomic_write_text(save, render.to_html(view, maps.source, maps.translation, rows, note))
+        err.print(f"wrote {save}", markup=False, highlight=False)
+    if json_path is not None:
+        extra = {"alignment_note": note} if note else {}
+        atomic_write_text(json_path, render.to_json(maps, rows, extra))
+        err.print(f"wrote {json_path}", markup=False, highlight=False)

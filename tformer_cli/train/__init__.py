@@ -1,0 +1,1 @@
+"""Training: the loop (``trainer``), the label-smoothed loss and scheduled sampling."""
