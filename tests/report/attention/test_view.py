@@ -1,12 +1,12 @@
-"""Tests for tformer_cli.report.attention.view and attention_render: the collected weights are real
-attention distributions (rows sum to 1, causal, equal to softmax(QK^T/sqrt(d_k)+M) recomputed by
-hand, equal to what cached decoding computed), the alignment score counts right, the pictures
-parse and carry every label, the terminal view matches a stored snapshot, and bad options fail
-with one line.
+"""Tests for tformer_cli.report.attention (maps, align, render, view): the collected weights are
+real attention distributions (rows sum to 1, causal, equal to softmax(QK^T/sqrt(d_k)+M)
+recomputed by hand, equal to what cached decoding computed), the alignment score counts right,
+the pictures parse and carry every label, the terminal view matches a stored snapshot, and bad
+options fail with one line.
 
 Update the snapshot after an intended change of the terminal layout with
-``UPDATE_SNAPSHOTS=1 .venv/bin/pytest tests/test_attention_view.py`` and review the diff of
-``tests/snapshots/inspect_attention.txt``.
+``UPDATE_SNAPSHOTS=1 .venv/bin/pytest tests/report/attention/test_view.py`` and review the diff
+of ``tests/report/attention/snapshots/inspect_attention.txt``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tformer_cli.data.tokenizer import EOS_ID, train_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.report.attention import align as aa
-from tformer_cli.report.attention import render
+from tformer_cli.report.attention import maps, render
 from tformer_cli.report.attention import view as av
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "inspect_attention.txt"
@@ -48,9 +48,9 @@ def tiny() -> Transformer:
     return Transformer(cfg).eval()
 
 
-def tiny_maps() -> av.AttentionMaps:
-    weights = {kind: w[0] for kind, w in av.collect(tiny(), [SRC], [TGT]).items()}
-    return av.AttentionMaps(
+def tiny_maps() -> maps.AttentionMaps:
+    weights = {kind: w[0] for kind, w in maps.collect(tiny(), [SRC], [TGT]).items()}
+    return maps.AttentionMaps(
         "the red cat &<x>", "die rote katze", SRC_LABELS, ["<s>", *TGT_LABELS[:-1]], TGT_LABELS,
         weights,
     )  # fmt: skip
@@ -59,7 +59,7 @@ def tiny_maps() -> av.AttentionMaps:
 # ---------------------------------------------------------------------------- the weights
 def test_collect_shapes_and_every_row_sums_to_one():
     srcs, tgts = [SRC, SRC[:2]], [TGT, [4, EOS_ID]]
-    w = av.collect(tiny(), srcs, tgts)
+    w = maps.collect(tiny(), srcs, tgts)
     assert w["encoder"].shape == (2, 2, 2, 5, 5)  # (B, L, h, S, S)
     assert w["decoder"].shape == (2, 2, 2, 4, 4)  # (B, L, h, T, T)
     assert w["cross"].shape == (2, 2, 2, 4, 5)  # (B, L, h, T, S)
@@ -72,7 +72,7 @@ def test_collect_shapes_and_every_row_sums_to_one():
 
 
 def test_decoder_self_attention_is_zero_above_the_diagonal():
-    w = av.collect(tiny(), [SRC], [TGT])["decoder"][0]  # (L, h, T, T)
+    w = maps.collect(tiny(), [SRC], [TGT])["decoder"][0]  # (L, h, T, T)
     future = torch.ones(4, 4, dtype=torch.bool).triu(1)
     assert w[..., future].abs().max() == 0
     assert (w[..., ~future] > 0).all()
@@ -80,7 +80,7 @@ def test_decoder_self_attention_is_zero_above_the_diagonal():
 
 def test_recording_is_switched_off_afterwards():
     model = tiny()
-    av.collect(model, [SRC], [TGT])
+    maps.collect(model, [SRC], [TGT])
     for modules in model.attention_modules().values():
         assert all(not m.record_weights and m.weights is None for m in modules)
 
@@ -97,7 +97,7 @@ def test_weights_equal_softmax_of_q_k_recomputed_by_hand():
         for m in ms
     ]
     try:
-        w = {kind: x[0] for kind, x in av.collect(model, [SRC], [TGT]).items()}
+        w = {kind: x[0] for kind, x in maps.collect(model, [SRC], [TGT]).items()}
     finally:
         for h in hooks:
             h.remove()
@@ -134,7 +134,7 @@ def test_teacher_forced_weights_equal_those_of_cached_greedy_decoding():
     src = torch.tensor([[*SRC, EOS_ID]])
     hyp = greedy_search(model, src)[0]
     tokens = hyp.tokens + [EOS_ID] * hyp.finished
-    w = av.collect(model, [SRC], [tokens])
+    w = maps.collect(model, [SRC], [tokens])
     with torch.no_grad():
         memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask, len(tokens))

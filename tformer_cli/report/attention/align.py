@@ -18,7 +18,7 @@ from torch import Tensor
 from tformer_cli.data.tokenizer import EOS_ID
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
-from tformer_cli.report.attention.view import collect
+from tformer_cli.report.attention.maps import collect
 
 
 @dataclass(frozen=True)

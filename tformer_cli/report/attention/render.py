@@ -1,5 +1,5 @@
 """Drawing attention maps: a rich terminal heatmap, SVG, self-contained HTML, PNG (matplotlib,
-optional) and JSON. Pure functions from the data of ``attention_view`` to text or a file.
+optional) and JSON. Pure functions from the types of ``maps`` to text or a file.
 
 Every picture has rows = queries (target tokens for cross- and decoder self-attention) and
 columns = keys (source tokens, or the target prefix), a colour scale from 0 to 1, and a mark on
@@ -12,20 +12,16 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from torch import Tensor
 
 from tformer_cli.errors import TformerError
-
-if TYPE_CHECKING:
-    from torch import Tensor
-
-    from tformer_cli.report.attention.view import AttentionMaps, HeadRow, Panel, View
+from tformer_cli.report.attention.maps import AttentionMaps, HeadRow, Panel, View
 
 # matplotlib's viridis at 10 even steps: dark purple (0) -> yellow (1), readable in grey too.
 VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e",

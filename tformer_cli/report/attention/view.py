@@ -1,139 +1,44 @@
-"""Attention inspection: collect every layer's and head's weights for one translation, measure
-them (entropy, agreement with a gold word alignment) and pick what to show.
+"""Attention inspection, the command: pick the panels asked for (``--kind/--layer/--head``),
+measure each head (entropy, agreement with gold word alignments), and show them.
 
-The weights come from one teacher-forced pass over (source + ``</s>``, ``<s>`` + the chosen
-hypothesis) with every attention sublayer on its explicit path (``Transformer.record_attention``).
-That pass computes exactly what cached decoding computed step by step, so for beam search the
-weights follow the chosen hypothesis. Rows of cross- and decoder self-attention are labelled with
-the token *generated* at that step (decoder input ``<s> y_1 .. y_{n-1}`` predicts ``y_1 .. y_n``).
-
-Layers and heads are numbered from 1 in everything a person reads; tensors are 0-based.
-Drawing lives in ``attention_render``, scoring heads against gold alignments in
-``attention_align``.
+Collecting the weights lives in ``maps``, scoring heads against gold alignments in ``align``,
+drawing in ``render``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from rich.console import Console
-from tokenizers import Tokenizer
 from torch import Tensor
 
-from tformer_cli.data.batching import pad
-from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
+from tformer_cli.checkpoint import load_run
+from tformer_cli.config import DecodeConfig
+from tformer_cli.data.corpus import toy_corpus_dir
+from tformer_cli.data.tokenizer import EOS_ID, encode
+from tformer_cli.decode.search import search
+from tformer_cli.device import inference
 from tformer_cli.errors import TformerError
-from tformer_cli.model import Transformer
-
-if TYPE_CHECKING:
-    from tformer_cli.report.attention.align import AlignmentScore
-
-KINDS = ("cross", "encoder", "decoder")
-KIND_NAMES = {
-    "cross": "cross-attention (target → source)",
-    "encoder": "encoder self-attention (source → source)",
-    "decoder": "decoder self-attention (target → target prefix, causal)",
-}
-
-
-@dataclass(frozen=True)
-class AttentionMaps:
-    """Every attention weight of one sentence pair.
-
-    ``weights[kind]`` has shape (L, h, rows, cols): ``encoder`` (S, S), ``decoder`` (T, T) and
-    ``cross`` (T, S), with S = len(src_tokens) (``</s>`` included) and T = len(tgt_tokens).
-    """
-
-    source: str
-    translation: str
-    src_tokens: list[str]  # encoder input: subwords + "</s>"
-    tgt_inputs: list[str]  # decoder input: "<s>" y_1 .. y_{T-1}
-    tgt_tokens: list[str]  # generated at each step: y_1 .. y_T ("</s>" last when finished)
-    weights: dict[str, Tensor]
-
-    def labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """(row labels, column labels) of a kind's maps."""
-        if kind == "encoder":
-            return self.src_tokens, self.src_tokens
-        if kind == "decoder":
-            return self.tgt_tokens, self.tgt_inputs
-        return self.tgt_tokens, self.src_tokens
-
-
-@torch.inference_mode()
-def collect(
-    model: Transformer, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
-) -> dict[str, Tensor]:
-    """Attention weights of a batch of pairs by kind, each (B, L, h, rows, cols), fp32 on CPU.
-
-    ``sources`` are token ids without ``</s>``; ``targets`` are the tokens to generate (``</s>``
-    included when the hypothesis finished): the decoder is fed ``<s>`` + all but the last. Rows
-    and columns past a pair's own lengths are padding (right-padded with zeros).
-    """
-    src = pad([[*s, EOS_ID] for s in sources]).to(next(model.parameters()).device)  # (B, S)
-    y = pad([[BOS_ID, *t[:-1]] for t in targets]).to(src.device)  # (B, T)
-    model.record_attention(True)
-    try:
-        model(src, y)
-        modules = model.attention_modules()
-        out = {
-            kind: torch.stack([m.weights for m in modules[kind]], dim=1).float().cpu()
-            for kind in KINDS
-        }  # L x (B, h, rows, cols) -> (B, L, h, rows, cols)
-    finally:
-        model.record_attention(False)
-    return out  # padded keys got exactly 0: exp(-inf) = 0
-
-
-def inspect_pair(
-    model: Transformer, tok: Tokenizer, source: str, src_ids: list[int], targets: list[int]
-) -> AttentionMaps:
-    """The maps of one (source, generated tokens) pair, with readable token labels."""
-    weights = {kind: w[0] for kind, w in collect(model, [src_ids], [targets]).items()}
-    names = [tok.id_to_token(i) for i in targets]
-    text_ids = [i for i in targets if i != EOS_ID]
-    return AttentionMaps(
-        source=source,
-        translation=tok.decode(text_ids, skip_special_tokens=True),
-        src_tokens=[*(tok.id_to_token(i) for i in src_ids), "</s>"],
-        tgt_inputs=["<s>", *names[:-1]],
-        tgt_tokens=names,
-        weights=weights,
-    )
+from tformer_cli.files import atomic_write, atomic_write_text
+from tformer_cli.report.attention import render
+from tformer_cli.report.attention.align import (
+    AlignmentScore,
+    alignment_accuracy,
+    read_aligned_corpus,
+)
+from tformer_cli.report.attention.maps import (
+    KIND_NAMES,
+    KINDS,
+    AttentionMaps,
+    HeadRow,
+    Panel,
+    View,
+    inspect_pair,
+)
 
 
 # ---------------------------------------------------------------------------- selection
-@dataclass(frozen=True)
-class Panel:
-    """One heatmap: a (layer, head) map or a mean over heads, with its title."""
-
-    title: str  # "layer 2 · head 3"
-    short: str  # "L2 H3", for narrow terminal panels
-    weights: Tensor  # (rows, cols)
-
-
-@dataclass(frozen=True)
-class View:
-    """What to draw: panels of one kind sharing row and column labels."""
-
-    kind: str
-    title: str
-    row_labels: list[str]
-    col_labels: list[str]
-    panels: list[Panel]
-    per_layer: int = 1  # panels of one layer: pictures start each layer on a new row
-
-    def columns(self, fit: int) -> int:
-        """Panels per row when ``fit`` would fit: one layer per row if it fits, else as many."""
-        if 1 < self.per_layer <= fit:
-            return self.per_layer
-        return max(1, min(len(self.panels), fit))
-
-
 def _parse_index(
     value: str, count: int, option: str, noun: str, words: tuple[str, ...]
 ) -> int | str:
@@ -211,18 +116,6 @@ def entropy_bits(weights: Tensor) -> Tensor:
     return -(weights * p.log2()).sum(dim=-1).mean(dim=-1)
 
 
-@dataclass(frozen=True)
-class HeadRow:
-    """One line of the per-head summary (layer and head numbered from 1)."""
-
-    layer: int
-    head: int
-    entropy: float  # mean bits per row on this sentence
-    strongest: list[str]  # the column label each row attends to most
-    alignment: float | None = None  # share of gold-aligned target words (toy test split)
-    crossing: float | None = None  # the same on target words with crossing (reordered) links
-
-
 def summary_rows(
     maps: AttentionMaps, kind: str, score: AlignmentScore | None = None
 ) -> list[HeadRow]:
@@ -269,14 +162,6 @@ def inspect_attention(
 ) -> None:
     """``tformer inspect-attention``: translate, print the heatmap(s) and the per-head summary,
     and write the picture and JSON asked for. Bad options fail before any work."""
-    from tformer_cli.checkpoint import load_run
-    from tformer_cli.config import DecodeConfig
-    from tformer_cli.data.tokenizer import encode
-    from tformer_cli.decode.search import search
-    from tformer_cli.device import inference
-    from tformer_cli.files import atomic_write, atomic_write_text
-    from tformer_cli.report.attention import render
-    from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
 
     if kind not in KINDS:
         raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
@@ -301,8 +186,6 @@ def inspect_attention(
     score, note = None, ""
     if align and kind == "cross":
         if run.config.train.data == "toy":
-            from tformer_cli.data.corpus import toy_corpus_dir
-
             pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", align_sentences)
             with inference(run.device, run.dtype):
                 score = alignment_accuracy(model, tok, pairs, links)
