@@ -118,6 +118,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
     "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
     "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
+    "save_every": ("train", "save_every"),
     "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
     "precision": ("train", "precision"), "device": ("train", "device"),
     "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
@@ -174,6 +175,13 @@ def train(
     valid_bleu_size: Annotated[
         int, typer.Option(help="Validation sentences for BLEU.")
     ] = T.valid_bleu_size,
+    save_every: Annotated[
+        float,
+        typer.Option(
+            help="Save last.pt at least every N minutes, besides each validation (0: only"
+            " at validations). A killed run loses at most this much work."
+        ),
+    ] = T.save_every,
     patience: Annotated[
         int, typer.Option(help="Early stop after N validations without gain (0: off).")
     ] = T.patience,
@@ -210,7 +218,7 @@ def train(
     """
     from tformer_cli.checkpoint import RunConfig
     from tformer_cli.data.corpus import absolute_data
-    from tformer_cli.train.trainer import STOPPING_RULES, Trainer, new_run_dir
+    from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
 
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     recipe = load_recipe(preset) if preset else {}
@@ -227,11 +235,11 @@ def train(
             if option in given or field not in tables[table]:
                 tables[table][field] = ctx.params[option]
     log = Console(stderr=True, quiet=quiet, log_path=False)
-    if resume is not None:  # the run's own settings; given stopping rules replace its own
+    if resume is not None:  # the run's own settings; given stopping rules and --device win
         if not (resume / "last.pt").exists():
             raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
         saved = RunConfig.load(resume)
-        stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in STOPPING_RULES}
+        stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in RESUME_OVERRIDES}
         ignored = sorted(
             {o for o in (*given, "preset", "name", "runs_dir") if is_given(o)} - set(stops)
         )

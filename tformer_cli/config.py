@@ -71,6 +71,7 @@ class TrainConfig:
     max_minutes: float = 0.0
     valid_every: int = 250
     valid_bleu_size: int = 300
+    save_every: float = 5.0  # minutes of training between saves of last.pt besides validations
     patience: int = 0
     average: int = 0  # keep the last N validation checkpoints, average them at the end (0: off)
     seed: int = 1234
@@ -88,7 +89,14 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("max_steps", "max_epochs", "max_minutes", "patience", "ss_warmup"):
+        for name in (
+            "max_steps",
+            "max_epochs",
+            "max_minutes",
+            "patience",
+            "ss_warmup",
+            "save_every",
+        ):
             if getattr(self, name) < 0:
                 option = "epochs" if name == "max_epochs" else name.replace("_", "-")
                 raise TformerError(f"--{option} must be 0 (off) or more")

@@ -466,13 +466,15 @@ class Trainer:
         return TrainResult(self.run_dir, s, test_bleu, stopped_by or "", interrupted[0])
 
 
-# On --resume only these may change (any other setting would break exact continuation).
-STOPPING_RULES = ("max_steps", "max_epochs", "max_minutes", "patience")
+# On --resume only these may change: the stopping rules, the save interval and the device (a
+# run moved between CPU and CUDA continues, though not bit for bit); any other setting would
+# break exact continuation.
+RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_every", "device")
 
 
 def _overrides(cfg: TrainConfig) -> dict[str, Any]:
-    """The stopping rules of ``cfg``, which replace a resumed run's own."""
-    return {k: getattr(cfg, k) for k in STOPPING_RULES}
+    """The settings of ``cfg`` that replace a resumed run's own."""
+    return {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
 
 
 def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
