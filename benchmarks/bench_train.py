@@ -88,7 +88,7 @@ def tformer_system(cfg: ModelConfig) -> System:
     device = torch.device("cpu")
 
     def step(b: Batch, dtype: torch.dtype | None) -> None:
-        train_step(model, optimizer, [b], [b.tgt_in], train_cfg, device, dtype)
+        train_step(model, optimizer, [b], [b.tgt_in], b.n_tgt_tokens, train_cfg, device, dtype)
 
     return System("tformer", step)
 

@@ -230,3 +230,13 @@ def test_average_run_needs_two_checkpoints(tmp_path):
     save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)}, keep=5)
     with pytest.raises(TformerError, match=r"1 checkpoint.*at least 2"):
         average_run(tmp_path, last=5)
+
+
+def test_a_run_stopped_between_its_tokenizer_and_its_config_says_so(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (run_dir / "config.json").unlink()
+    with pytest.raises(TformerError, match=r"stopped before training began .* same --name"):
+        RunConfig.load(run_dir)
+    (run_dir / "tokenizer.json").unlink()
+    with pytest.raises(TformerError, match=r"is not a tformer run \(no config.json\)"):
+        RunConfig.load(run_dir)

@@ -70,6 +70,11 @@ class RunConfig:
                 format=fmt,
             )
         except FileNotFoundError:
+            if (run_dir / "tokenizer.json").is_file():  # killed between the two first writes
+                raise TformerError(
+                    f"{run_dir} stopped before training began (a tokenizer.json, no config.json):"
+                    " nothing to resume; train it again with the same --name"
+                ) from None
             raise TformerError(f"{run_dir} is not a tformer run (no config.json)") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:  # bad JSON, UTF-8, fields
             raise TformerError(f"{path} is corrupt ({type(e).__name__}: {e})") from None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -20,9 +19,6 @@ from tformer_cli import __version__
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig, from_dict, load_recipe
 from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
-
-if TYPE_CHECKING:
-    from tformer_cli.decode.search import TextTranslation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -236,9 +232,7 @@ def train(
                 tables[table][field] = ctx.params[option]
     log = Console(stderr=True, quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules and --device win
-        if not (resume / "last.pt").exists():
-            raise TformerError(f"cannot resume: {resume}/last.pt does not exist")
-        saved = RunConfig.load(resume)
+        saved = RunConfig.load(resume)  # without last.pt the run starts over, with a message
         stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in RESUME_OVERRIDES}
         ignored = sorted(
             {o for o in (*given, "preset", "name", "runs_dir") if is_given(o)} - set(stops)
@@ -299,20 +293,22 @@ def average_checkpoints(
 
 
 # ---------------------------------------------------------------------------- translate
-def read_inputs(texts: list[str] | None, file: Path | None) -> list[str] | None:
-    """Texts from the arguments, a file (``-`` = stdin) or piped stdin; ``None``: interactive."""
+def read_inputs(
+    texts: list[str] | None, file: Path | None
+) -> tuple[Iterable[str], int | None] | None:
+    """The texts to translate and their count if known: the arguments, the lines of a file
+    (``-``: stdin) or of piped stdin, read as they come; ``None``: ask on the terminal."""
+    from tformer_cli.decode.search import check_arguments, count_lines, file_lines, read_lines
+
     if texts and file is not None:
         raise TformerError("give sentences or --file, not both")
     if texts:
-        return texts
+        return check_arguments(texts), len(texts)
     if file is not None and str(file) != "-":
-        try:
-            return file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise TformerError(f"cannot read {file}: {e}") from None
+        return file_lines(file), count_lines(file)
     if file is None and sys.stdin.isatty():
         return None
-    return sys.stdin.read().splitlines()
+    return read_lines(sys.stdin.buffer, "stdin"), None
 
 
 @app.command()
@@ -321,10 +317,14 @@ def translate(
     texts: Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")] = None,
     model: ModelDir = None,
     file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Translate each line of a file (- = stdin).")
+        Path | None,
+        typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write translations here, not stdout.")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write translations here (all at once, at the end), not stdout."
+        ),
     ] = None,
     beam: Annotated[int, typer.Option("--beam", "-k", min=1, help="Beam size.")] = 5,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")] = False,
@@ -342,6 +342,14 @@ def translate(
         int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
     ] = None,
     max_tokens: Annotated[int, typer.Option(min=1, help="Source tokens per batch.")] = 4096,
+    chunk_size: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Lines read, translated (sorted by length into batches) and written at a time:"
+            " output flows before the input ends, and memory does not grow with it.",
+        ),
+    ] = 2000,
     max_len_a: Annotated[
         float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
     ] = 1.5,
@@ -358,12 +366,19 @@ def translate(
 ) -> None:
     """Translate sentences (beam search with a KV cache; results in input order).
 
-    Reads the texts given, else --file, else piped stdin; on a terminal with nothing given it
-    asks for sentences one by one. Sorts inputs by length into batches.
+    Reads the texts given, else --file, else piped stdin, as UTF-8 lines ending in a newline:
+    one output line per input line. Translates --chunk-size lines at a time, each chunk sorted
+    by length into batches, and writes each chunk's translations as soon as they are ready. On
+    a terminal with nothing given it asks for sentences one by one.
     """
     from tformer_cli.checkpoint import load_run
-    from tformer_cli.decode.search import translate_texts
-    from tformer_cli.files import atomic_write_text
+    from tformer_cli.decode.search import (
+        format_translations,
+        save_translations,
+        translate_chunks,
+        translate_texts,
+        write_translations,
+    )
 
     k = 1 if greedy else beam
     if nbest > k:
@@ -382,40 +397,20 @@ def translate(
                 return
             result = translate_texts(run, [line], cfg, use_cache=not no_cache)
             out.print(format_translations(result, style)[0], markup=False)
-    if not inputs and not quiet:
-        err.print("note: no input sentences: nothing to translate", markup=False)
-    with make_progress("translate", err, disable=quiet or len(inputs) < 100) as progress:
-        task = progress.add_task("translate", total=len(inputs), info="")
-        results = translate_texts(
-            run, inputs, cfg, max_tokens, not no_cache, batch_size,
+    lines, total = inputs
+    few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
+    with make_progress("translate", err, disable=quiet or few) as progress:
+        task = progress.add_task("translate", total=total, info="")
+        chunks = translate_chunks(
+            run, lines, cfg, chunk_size, max_tokens, not no_cache, batch_size,
             on_batch=lambda n: progress.advance(task, n),
         )  # fmt: skip
-    text = "".join(f"{line}\n" for line in format_translations(results, style))
-    if output is not None:
-        atomic_write_text(output, text)
-    else:
-        sys.stdout.write(text)
-
-
-def format_translations(results: list[TextTranslation], style: str) -> list[str]:
-    """One line per input (``plain``, ``scores``, ``json``) or per hypothesis (``nbest``)."""
-    lines = []
-    for i, r in enumerate(results):
-        pairs = list(zip(r.translations, r.hypotheses, strict=True))
-        if style == "json":
-            hyps = [
-                {"translation": t, "score": h.score, "logprob": h.logprob, "finished": h.finished}
-                for t, h in pairs
-            ]
-            record = {"index": i, "source": r.source, "hypotheses": hyps, "ms": 1000 * r.seconds}
-            lines.append(json.dumps(record, ensure_ascii=False))
-        elif style == "nbest":
-            lines += [f"{i}\t{h.score:.4f}\t{t}" for t, h in pairs]
-        elif style == "scores":
-            lines.append(f"{pairs[0][1].score:.4f}\t{pairs[0][0]}")
+        if output is not None:
+            count = save_translations(output, chunks, style)
         else:
-            lines.append(pairs[0][0])
-    return lines
+            count = write_translations(chunks, sys.stdout.buffer, style)
+    if not count and not quiet:
+        err.print("note: no input sentences: nothing to translate", markup=False)
 
 
 # ---------------------------------------------------------------------------- inspect-attention

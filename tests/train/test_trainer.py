@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,11 +18,14 @@ from tformer_cli.checkpoint import RunConfig, average_state_dicts, checkpoint_pa
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
+from tformer_cli.train import trainer as trainer_module
 from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.trainer import (
+    MAX_NONFINITE,
     Trainer,
     lr_at,
     new_run_dir,
+    prepare,
     stop_on_interrupt,
 )
 
@@ -40,13 +47,9 @@ def test_lr_warms_up_linearly_then_decays_as_inverse_sqrt(step, expected):
     assert lr_at(step, cfg) == pytest.approx(expected, rel=1e-12)
 
 
-def test_zero_warmup_is_refused_or_gives_a_finite_rate():
-    try:
-        cfg = TrainConfig(lr=1e-3, warmup=0)
-    except TformerError:
-        return  # refusing the setting up front is fine too
-    for step in (1, 10, 1000):
-        assert 0 < lr_at(step, cfg) <= 1e-3
+def test_zero_warmup_is_refused_up_front():
+    with pytest.raises(TformerError, match="--warmup must be at least 1"):
+        TrainConfig(lr=1e-3, warmup=0)
 
 
 def test_tiny_model_overfits_a_small_batch(tiny_model):
@@ -77,7 +80,7 @@ MODEL = ModelConfig(
 def train_cfg(corpus, **overrides) -> TrainConfig:
     values = dict(
         data=str(corpus), vocab_size=100, max_tokens=96, lr=3e-3, warmup=5, valid_every=8,
-        max_steps=16, device="cpu", precision="fp32", seed=7,
+        max_steps=16, device="cpu", precision="fp32", seed=7, max_len=64,
     )  # fmt: skip
     values.update(overrides)
     return TrainConfig(**values)
@@ -250,3 +253,178 @@ def test_resume_past_its_limit_makes_no_update(tmp_path, tiny_corpus, single_thr
     assert result.state.step == 8 and "max-steps 4" in result.stopped_by
     after = load_state(tmp_path / "run" / "last.pt")["model"]
     assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def log_records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+# ---------------------------------------------------------------------------- data limits
+def test_validation_pairs_longer_than_the_model_are_skipped_and_said(tmp_path, tiny_corpus):
+    """A valid pair past max_positions used to crash validation (forced_pass's position slice)."""
+    (tiny_corpus / "valid.tsv").write_text(
+        "red blue\tblue red\n" + " ".join(["red"] * 40) + "\tred\n", encoding="utf-8"
+    )
+    log = io.StringIO()
+    cfg = train_cfg(tiny_corpus, max_len=16)
+    _, splits = prepare(tmp_path / "run", cfg, Console(file=log, width=300), False, 16)
+    assert len(splits["valid"].src) == 1 and splits["valid"].refs == ["blue red"]
+    assert "skipped 1 valid pairs longer than the model's 15 tokens" in log.getvalue()
+
+
+def test_max_len_above_the_models_positions_is_an_error(tmp_path, tiny_corpus):
+    with pytest.raises(TformerError, match="--max-len 65 is more than the model's 64 positions"):
+        run(tmp_path / "run", tiny_corpus, max_len=65)
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------- numerical guards
+def poison_updates(monkeypatch, bad: set[int]) -> list[int]:
+    """Make the loss NaN on the given 1-based calls of the training loss; returns the calls."""
+    calls: list[int] = []
+
+    def loss(logits, target, smoothing):
+        calls.append(len(calls) + 1)
+        value = label_smoothed_loss(logits, target, smoothing)
+        return value * float("nan") if len(calls) in bad else value
+
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", loss)
+    return calls
+
+
+def test_a_nan_loss_skips_its_update_and_is_counted_in_the_log(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    poison_updates(monkeypatch, {3})
+    trainer, result = run(tmp_path / "run", tiny_corpus, max_steps=6, valid_every=100)
+    assert result.state.step == 6 and trainer.state.skipped == 1
+    skipped = [r for r in log_records(tmp_path / "run") if "skipped_update" in r]
+    assert skipped == [{"step": 2, "epoch": 1, "skipped_update": "non-finite loss or gradient",
+                        "skipped": 1}]  # fmt: skip
+    last = load_state(tmp_path / "run" / "last.pt")["model"]
+    assert all(torch.isfinite(t).all() for t in last.values())
+
+
+def test_nonfinite_updates_in_a_row_stop_the_run_keeping_the_last_save(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    poison_updates(monkeypatch, set(range(11, 100)))  # from update 11 on, every loss is NaN
+    with pytest.raises(TformerError, match=f"{MAX_NONFINITE} updates in a row had a non-finite"):
+        run(tmp_path / "run", tiny_corpus, max_steps=30, valid_every=8)
+    last = load_state(tmp_path / "run" / "last.pt")
+    assert last["state"]["step"] == 8  # the validation's save; nothing saved after the NaNs
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+    records = log_records(tmp_path / "run")
+    assert [r["skipped"] for r in records if "skipped_update" in r] == [1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------------------- resume
+def test_resume_of_a_folder_without_last_pt_starts_from_step_zero(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    """A kill before the first save leaves config.json and tokenizer.json: resume starts over
+    with the run's settings and ends where an uninterrupted run does."""
+    straight, _ = run(tmp_path / "straight", tiny_corpus, max_steps=12, valid_every=100)
+    run(tmp_path / "split", tiny_corpus, max_steps=4, valid_every=100)
+    (tmp_path / "split" / "last.pt").unlink()
+    console = quiet_console()
+    cfg = train_cfg(tiny_corpus, max_steps=12, valid_every=100)
+    resumed = Trainer(tmp_path / "split", MODEL, cfg, resume=True, console=console)
+    assert "has no last.pt (stopped before its first save): starting from step 0" in (
+        console.file.getvalue()
+    )
+    assert not (tmp_path / "split" / "log.jsonl").read_text()  # the lost steps' records went
+    resumed.run(quiet=True)
+    assert_same_weights(
+        load_state(tmp_path / "straight" / "last.pt")["model"],
+        load_state(tmp_path / "split" / "last.pt")["model"],
+    )
+    assert resumed.state.step == straight.state.step == 12
+
+
+def test_resume_drops_log_records_past_the_saved_step(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    monkeypatch.setattr(trainer_module, "LOG_EVERY", 2)
+    run(tmp_path / "run", tiny_corpus, max_steps=6, valid_every=100)
+    log = tmp_path / "run" / "log.jsonl"
+    with log.open("a") as f:  # what a killed run wrote after its save, and half a line
+        f.write('{"step": 8, "loss": 1.0}\n{"step": 10, "lo')
+    run(tmp_path / "run", tiny_corpus, resume=True, max_steps=10, valid_every=100)
+    steps = [r["step"] for r in log_records(tmp_path / "run") if "loss" in r]
+    assert steps == [2, 4, 6, 8, 10]
+    assert all(r.get("loss") != 1.0 for r in log_records(tmp_path / "run"))
+
+
+def test_resume_on_another_device_continues_with_a_note(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    """A last.pt saved on CUDA holds a CUDA generator state, which a CPU generator cannot take
+    (it crashed, even with scheduled sampling off): resume re-seeds and says so."""
+    run(tmp_path / "run", tiny_corpus, max_steps=4, valid_every=100)
+    path = tmp_path / "run" / "last.pt"
+    last = load_state(path)
+    last["rng"]["device"] = "cuda"
+    last["rng"]["ss"] = torch.zeros(16, dtype=torch.uint8)  # no CPU generator state
+    torch.save(last, path)
+    console = quiet_console()
+    cfg = train_cfg(tiny_corpus, max_steps=8, valid_every=100)
+    trainer = Trainer(tmp_path / "run", MODEL, cfg, resume=True, console=console)
+    assert "saved on cuda, resumed on cpu" in console.file.getvalue()
+    assert trainer.run(quiet=True).state.step == 8
+
+
+# ---------------------------------------------------------------------------- SIGKILL
+TRAIN_ARGS = [
+    "--d-model", "32", "--heads", "4", "--d-ff", "64", "--layers", "1", "--dropout", "0.1",
+    "--vocab-size", "100", "--max-tokens", "96", "--lr", "3e-3", "--warmup", "5",
+    "--valid-every", "8", "--valid-bleu-size", "2", "--max-steps", "24", "--epochs", "0",
+    "--max-len", "64", "--seed", "7", "--device", "cpu", "--precision", "fp32", "--quiet",
+]  # fmt: skip
+
+
+def tformer_train(args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TFORMER_THREADS": "1"}
+    env.pop("TFORMER_TEST_KILL_AT", None)
+    if kill_at:
+        env["TFORMER_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "tformer_cli", "train", *args], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_sigkill_at_any_point_loses_at_most_the_work_since_the_last_save(tmp_path, tiny_corpus):
+    """A real `tformer train` process is SIGKILLed three times: before its first save, inside a
+    save (new last.pt written, not yet renamed), and after updates that were not saved yet (with
+    --save-every so short that every update saves). Each time `--resume` goes on, and the final
+    weights equal an uninterrupted run's bit for bit; the log never shows a step twice."""
+    common = ["--data", str(tiny_corpus), "--runs-dir", str(tmp_path), *TRAIN_ARGS]
+    assert tformer_train([*common, "--name", "straight"]).returncode == 0
+    killed = tmp_path / "killed"
+    resume = ["--resume", str(killed), "--quiet"]
+
+    first = tformer_train([*common, "--name", "killed"], kill_at="update:3")
+    assert first.returncode == -9 and not (killed / "last.pt").exists()
+    assert (killed / "config.json").exists()
+
+    inside = tformer_train(resume, kill_at="save:2")  # saves at steps 8 and 16: dies in the 2nd
+    assert inside.returncode == -9, inside.stderr
+    assert load_state(killed / "last.pt")["state"]["step"] == 8
+
+    after = tformer_train([*resume, "--save-every", "1e-9"], kill_at="update:6")  # steps 9..14
+    assert after.returncode == -9, after.stderr
+    assert load_state(killed / "last.pt")["state"]["step"] == 13  # saved after 13, not after 14
+
+    done = tformer_train(resume)
+    assert done.returncode == 0, done.stderr
+    for name in ("last.pt", "model.pt"):
+        a, b = load_state(tmp_path / "straight" / name), load_state(killed / name)
+        assert_same_weights(a.get("model", a), b.get("model", b))
+    steps = [r["step"] for r in log_records(killed) if "valid_bleu" in r]
+    assert steps == [8, 16, 24]
+    assert not list(killed.glob(".*.tmp"))  # the save cut short left no temporary file behind

@@ -1,15 +1,25 @@
 """The training loop: label-smoothed teacher forcing, AdamW with warm-up and inverse-sqrt decay,
-periodic validation (loss, perplexity, greedy BLEU), best/last checkpoints, resume, Ctrl-C."""
+periodic validation (loss, perplexity, greedy BLEU), best/last checkpoints, resume, Ctrl-C.
+
+Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
+minutes, atomically, so a kill at any moment loses at most the work since the last save, and
+``--resume`` replays the lost updates bit for bit on CPU (same batches, same random numbers).
+An update whose loss or gradient is not finite is skipped, so no NaN ever reaches the weights.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
 import random
+import resource
 import shutil
 import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -20,6 +30,7 @@ import torch
 from rich.console import Console
 
 from tformer_cli.checkpoint import (
+    CHECKPOINTS,
     RunConfig,
     atomic_torch_save,
     average_state_dicts,
@@ -36,7 +47,7 @@ from tformer_cli.data.tokenizer import PAD_ID, decode, load_tokenizer
 from tformer_cli.decode.search import translate_ids
 from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write
+from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.train.loss import label_smoothed_loss
@@ -48,6 +59,7 @@ from tformer_cli.train.scheduled_sampling import (
 )
 
 LOG_EVERY = 25  # steps between log.jsonl lines
+MAX_NONFINITE = 5  # updates in a row with a non-finite loss or gradient that stop the run
 
 
 @dataclass
@@ -71,6 +83,8 @@ class TrainState:
     stale_validations: int = 0
     elapsed: float = 0.0
     tgt_tokens: int = 0
+    skipped: int = 0  # updates skipped for a non-finite loss or gradient
+    skipped_in_a_row: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,27 +107,34 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     batches: list[Batch],
     decoder_inputs: list[torch.Tensor],
+    n_tokens: int,
     cfg: TrainConfig,
     device: torch.device,
     dtype: torch.dtype | None,
-) -> tuple[float, int]:
-    """One update: forward (autocast), label-smoothed loss per target token, backward over the
-    accumulated batches, clipping, AdamW. Returns (mean loss per target token, target tokens)."""
+) -> tuple[torch.Tensor, bool]:
+    """One update: forward (autocast), label-smoothed loss per target token of all ``n_tokens``,
+    backward over the accumulated batches, clipping, AdamW.
+
+    Returns (mean loss per target token, a 0-dim tensor on the device; whether the update was
+    made). An update whose loss or gradient norm is not finite is skipped: the check is one
+    ``isfinite`` of the norm that clipping computes anyway, the update's one host sync.
+    """
     model.train()
-    n_tokens = sum(b.n_tgt_tokens for b in batches)
-    total = 0.0
+    total = torch.zeros((), device=device)
     for b, y in zip(batches, decoder_inputs, strict=True):
         real = b.tgt_out != PAD_ID  # (B, T): the output layer runs on real positions only
         with autocast(device, dtype):
             logits = model(b.src, y, at=real)  # (N, V)
         loss = label_smoothed_loss(logits, b.tgt_out[real], cfg.label_smoothing) / n_tokens
         loss.backward()
-        total += loss.item()
-    if cfg.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-    optimizer.step()
+        total += loss.detach()
+    max_norm = cfg.clip_norm if cfg.clip_norm > 0 else math.inf  # inf: measure, never clip
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    finite = bool(torch.isfinite(total + grad_norm))
+    if finite:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return total, n_tokens
+    return total, finite
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -126,10 +147,11 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
 
 
 def prepare(
-    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool
+    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
 ) -> tuple[Any, dict[str, Split]]:
     """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
-    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len.
+    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
+    and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
 
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
@@ -173,7 +195,19 @@ def prepare(
                     f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
                     " on a side (--max-len)"
                 )
-            src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
+        else:
+            longest = max_positions - 1  # room for </s> (source) or <s> (target)
+            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) <= longest]
+            if src and not keep:
+                raise TformerError(
+                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
+                )
+            if len(keep) < len(src):
+                console.log(
+                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
+                    f" {longest} tokens"
+                )
+        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
         splits[name] = Split(src, tgt, refs)
     return tok, splits
 
@@ -218,9 +252,14 @@ class Trainer:
             saved = RunConfig.load(run_dir)
             model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
             cfg = self.cfg
+        if cfg.max_len > model_cfg.max_positions:
+            raise TformerError(
+                f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions}"
+                " positions"
+            )
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
-        self.tokenizer, self.data = prepare(run_dir, cfg, console, resume)
+        self.tokenizer, self.data = prepare(run_dir, cfg, console, resume, model_cfg.max_positions)
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         RunConfig(model_cfg, cfg).save(run_dir)
         self.model = Transformer(model_cfg).to(self.device)
@@ -229,8 +268,14 @@ class Trainer:
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         # scheduled sampling's own random numbers, drawn on the device the batches live on
         self.ss_generator = torch.Generator(self.device).manual_seed(cfg.seed + 1)
-        if resume:
+        if resume and (run_dir / "last.pt").exists():
             self._load_last()
+        elif resume:
+            console.log(f"{run_dir} has no last.pt (stopped before its first save): starting"
+                        " from step 0 with its saved settings")  # fmt: skip
+        if resume:
+            self._forget_after(self.state.step)
+        self.last_save = time.perf_counter()
         self.lengths = [
             max(len(s), len(t)) + 1
             for s, t in zip(self.data["train"].src, self.data["train"].tgt, strict=True)
@@ -238,26 +283,65 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def _save_last(self) -> None:
-        atomic_torch_save(
-            self.run_dir / "last.pt",
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "state": dataclasses.asdict(self.state),
-                "rng": {"torch": torch.get_rng_state(), "ss": self.ss_generator.get_state()},
-            },
-        )
+        """Write ``last.pt`` atomically: weights, optimizer, progress and every random state."""
+        rng = {"torch": torch.get_rng_state(), "ss": self.ss_generator.get_state(),
+               "device": self.device.type}  # fmt: skip
+        if self.device.type == "cuda":  # dropout draws from the device's own generator
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        payload = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "state": dataclasses.asdict(self.state),
+            "rng": rng,
+        }
+
+        def write(tmp: Path) -> None:
+            torch.save(payload, tmp)
+            kill_point("save")  # tests: die with the new last.pt written but not in place
+
+        atomic_write(self.run_dir / "last.pt", write)
+        self.last_save = time.perf_counter()
 
     def _load_last(self) -> None:
         ckpt = load_state(self.run_dir / "last.pt")
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = TrainState(**ckpt["state"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        self.ss_generator.set_state(ckpt["rng"]["ss"])
+        rng = ckpt["rng"]
+        torch.set_rng_state(rng["torch"])
+        saved_on = rng.get("device", "cpu")
+        if saved_on == self.device.type:
+            self.ss_generator.set_state(rng["ss"])
+            if "cuda" in rng:
+                torch.cuda.set_rng_state(rng["cuda"], self.device)
+        else:  # another device's generator states do not transfer: continue, not bit for bit
+            self.ss_generator.manual_seed(self.cfg.seed + 1 + self.state.step)
+            self.console.log(f"note: saved on {saved_on}, resumed on {self.device.type}: training"
+                             " continues, but not bit for bit (other random numbers)")  # fmt: skip
         self.console.log(
             f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
         )
+
+    def _forget_after(self, step: int) -> None:
+        """Drop what a killed run wrote past the step it resumes from: log.jsonl records (so a
+        curve never shows a step twice; a half-written last line goes too), checkpoints, and
+        the temporary files of saves cut short."""
+        for tmp in [*self.run_dir.glob(".*.tmp"), *(self.run_dir / CHECKPOINTS).glob(".*.tmp")]:
+            tmp.unlink()
+        log = self.run_dir / "log.jsonl"
+        if log.exists():
+            kept = []
+            for line in log.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("step", 0) <= step:
+                    kept.append(line + "\n")
+            atomic_write_text(log, "".join(kept))
+        for path in checkpoint_paths(self.run_dir):
+            if int(path.stem.removeprefix("step-")) > step:
+                path.unlink()
 
     # ----------------------------------------------------------------- steps
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
@@ -270,18 +354,21 @@ class Trainer:
         train = self.data["train"]
         return make_batch([train.src[i] for i in idx], [train.tgt[i] for i in idx]).to(self.device)
 
-    def _step(self, batches: list[list[int]]) -> tuple[float, int]:
-        """One update from ``accum`` batches: (mean loss per target token, target tokens)."""
+    def _step(self, batches: list[list[int]]) -> tuple[torch.Tensor, int, bool]:
+        """One update from ``accum`` batches: (mean loss per target token, target tokens,
+        whether it was made); a skipped update leaves the step count as it was."""
         lr = lr_at(self.state.step + 1, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        tgt = self.data["train"].tgt
+        n_tokens = sum(len(tgt[i]) + 1 for idx in batches for i in idx)  # + </s>; no sync
         parts = [self._batch(idx) for idx in batches]
         inputs = [self._decoder_input(b) for b in parts]
-        loss, n_tokens = train_step(
-            self.model, self.optimizer, parts, inputs, self.cfg, self.device, self.dtype
+        loss, made = train_step(
+            self.model, self.optimizer, parts, inputs, n_tokens, self.cfg, self.device, self.dtype
         )
-        self.state.step += 1
-        return loss, n_tokens
+        self.state.step += made
+        return loss, n_tokens, made
 
     def eps(self, i: int) -> float:
         """Teacher-forcing probability eps_i of scheduled sampling at update i (from 0)."""
@@ -372,6 +459,21 @@ class Trainer:
             f" model.pt is {'the average' if kept else f'step {s.best_step}'}"
         )
 
+    def _skip_update(self) -> None:
+        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
+        the run, with last.pt as it was (no NaN weight is ever saved)."""
+        s = self.state
+        s.skipped += 1
+        s.skipped_in_a_row += 1
+        self._log({"skipped_update": "non-finite loss or gradient", "skipped": s.skipped})
+        if s.skipped_in_a_row >= MAX_NONFINITE:
+            kept = "last.pt keeps its last save" if (self.run_dir / "last.pt").exists() else (
+                "nothing was saved yet")  # fmt: skip
+            raise TformerError(
+                f"{MAX_NONFINITE} updates in a row had a non-finite loss or gradient after step"
+                f" {s.step} (none was applied; {kept}): try a lower --lr or --precision fp32"
+            )
+
     # ----------------------------------------------------------------- loop
     def _log(self, record: dict[str, Any]) -> None:
         """Append ``record`` to log.jsonl with the step and the epoch (1-based) it belongs to."""
@@ -418,26 +520,33 @@ class Trainer:
                 while s.batch_in_epoch < len(batches) and stopped_by is None:
                     t0 = time.perf_counter()
                     group = batches[s.batch_in_epoch : s.batch_in_epoch + cfg.accum]
-                    loss, n_tokens = self._step(group)
+                    loss, n_tokens, made = self._step(group)
                     s.batch_in_epoch += len(group)
-                    s.tgt_tokens += n_tokens
-                    rate_tokens += n_tokens
                     s.elapsed += time.perf_counter() - t0
-                    if s.step % LOG_EVERY == 0:
-                        now = time.perf_counter()
-                        tps = rate_tokens / (now - rate_start)
-                        rate_tokens, rate_start = 0, now
-                        lr = lr_at(s.step, cfg)
-                        info = f"loss {loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
-                        progress.update(task, info=info)
-                        record = {"loss": loss, "lr": lr, "tgt_tokens_per_s": tps}
-                        if cfg.scheduled_sampling != "off":  # of the update just made
-                            record["eps"] = self.eps(s.step - 1)
-                        self._log({**record, "elapsed": s.elapsed})
-                    progress.update(task, completed=s.step)
-                    if s.step % cfg.valid_every == 0:
+                    if not made:
+                        self._skip_update()
+                    else:
+                        kill_point("update")  # tests: die with this update's work unsaved
+                        s.skipped_in_a_row = 0
+                        s.tgt_tokens += n_tokens
+                        rate_tokens += n_tokens
+                        if s.step % LOG_EVERY == 0:
+                            now = time.perf_counter()
+                            tps = rate_tokens / (now - rate_start)
+                            rate_tokens, rate_start = 0, now
+                            lr, mean_loss = lr_at(s.step, cfg), loss.item()
+                            info = f"loss {mean_loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
+                            progress.update(task, info=info)
+                            record = {"loss": mean_loss, "lr": lr, "tgt_tokens_per_s": tps}
+                            if cfg.scheduled_sampling != "off":  # of the update just made
+                                record["eps"] = self.eps(s.step - 1)
+                            self._log({**record, "elapsed": s.elapsed})
+                        progress.update(task, completed=s.step)
                         t0 = time.perf_counter()
-                        self._validate_and_report()
+                        if s.step % cfg.valid_every == 0:
+                            self._validate_and_report()
+                        elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
+                            self._save_last()
                         s.elapsed += time.perf_counter() - t0
                         rate_start += time.perf_counter() - t0
                     stopped_by = "interrupted (Ctrl-C)" if interrupted[0] else self._stop_reason()
@@ -455,7 +564,9 @@ class Trainer:
             if s.best_step
             else "no validation yet"
         )
-        self.console.log(f"stopped: {stopped_by}; {best}")
+        peak = peak_memory_mib(self.device)
+        self._log({"stopped_by": stopped_by, "peak_memory_mib": peak})
+        self.console.log(f"stopped: {stopped_by}; {best}; peak memory {peak:,.0f} MiB")
         if cfg.average and not interrupted[0]:
             self._keep_average()
         test_bleu = None
@@ -475,6 +586,28 @@ RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_
 def _overrides(cfg: TrainConfig) -> dict[str, Any]:
     """The settings of ``cfg`` that replace a resumed run's own."""
     return {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
+
+
+def kill_point(event: str) -> None:
+    """Tests only: ``TFORMER_TEST_KILL_AT=EVENT:N`` SIGKILLs this process at the N-th ``event``
+    (``update``: an update made, nothing saved since; ``save``: inside a save of last.pt, the
+    new file written but not yet in place), as a power cut or the OOM killer would."""
+    at = os.environ.get("TFORMER_TEST_KILL_AT")
+    if at:
+        _events[event] += 1
+        if at == f"{event}:{_events[event]}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+_events: Counter[str] = Counter()
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """The process's peak resident memory in MiB (CUDA: the device's peak allocation)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
