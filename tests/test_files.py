@@ -1,7 +1,10 @@
-"""Tests for tformer_cli.files: atomic writes leave the old file or the new one, never half."""
+"""Tests for tformer_cli.files: atomic writes leave the old file or the new one, never half, and
+durable ones sync the file before the rename and the folder after it."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import stat
 from pathlib import Path
@@ -60,8 +63,6 @@ def test_atomic_write_to_an_unwritable_place_names_the_target(tmp_path):
 
 
 def test_written_files_get_the_usual_permissions_not_mkstemps_0600(tmp_path):
-    import os
-
     umask = os.umask(0o022)
     try:
         atomic_write_text(tmp_path / "out.txt", "x")
@@ -77,3 +78,72 @@ def test_writing_onto_a_folder_names_the_folder_not_a_temporary_file(tmp_path):
     ):
         atomic_write_text(tmp_path / "a-folder", "x")
     assert [p.name for p in tmp_path.iterdir()] == ["a-folder"]
+
+
+@pytest.fixture
+def disk_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Records ``("fsync", inode)`` and ``("replace", inode of the file renamed)``, in order."""
+    calls: list[tuple[str, int]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def record_fsync(fd: int) -> None:
+        calls.append(("fsync", os.fstat(fd).st_ino))
+        fsync(fd)
+
+    def record_replace(src, dst) -> None:
+        calls.append(("replace", os.stat(src).st_ino))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    monkeypatch.setattr(os, "replace", record_replace)
+    return calls
+
+
+def test_the_file_is_synced_before_the_rename_and_its_folder_after(tmp_path, disk_calls):
+    target = tmp_path / "run" / "model.pt"
+    target.parent.mkdir()
+    save(target, {"w": torch.ones(2)})
+    file, folder = target.stat().st_ino, target.parent.stat().st_ino
+    assert disk_calls == [("fsync", file), ("replace", file), ("fsync", folder)]
+
+
+def test_folders_made_for_the_file_are_synced_into_their_parents(tmp_path, disk_calls):
+    target = tmp_path / "run" / "checkpoints" / "step-000010.pt"
+    atomic_write_text(target, "x")
+    synced = [ino for call, ino in disk_calls if call == "fsync"]
+    folders = [target.parent, tmp_path / "run", tmp_path]
+    assert synced == [target.stat().st_ino, *(f.stat().st_ino for f in folders)]
+
+
+def test_a_write_that_need_not_be_durable_is_not_synced(tmp_path, disk_calls):
+    atomic_write_text(tmp_path / "out" / "translations.txt", "x\n", durable=False)
+    assert [call for call, _ in disk_calls] == ["replace"]
+    assert (tmp_path / "out" / "translations.txt").read_text(encoding="utf-8") == "x\n"
+
+
+def test_a_failing_file_sync_is_an_error_and_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "last.pt"
+    atomic_write_text(target, "old")
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(TformerError, match=r"cannot write .*last\.pt: Input/output error"):
+        atomic_write_text(target, "new")
+    assert target.read_text(encoding="utf-8") == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_a_folder_that_cannot_be_synced_does_not_fail_the_write(tmp_path, monkeypatch):
+    """Some file systems refuse ``fsync`` on a folder (EINVAL); the file is whole by then."""
+    fsync = os.fsync
+
+    def files_only(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", files_only)
+    atomic_write_text(tmp_path / "config.json", "{}\n")
+    assert (tmp_path / "config.json").read_text(encoding="utf-8") == "{}\n"

@@ -1,10 +1,14 @@
-"""Device and precision selection: CUDA > MPS > CPU, bf16 autocast where it is fast."""
+"""Device and precision selection: CUDA > MPS > CPU, bf16 autocast where the hardware is fast
+at it, the name of the precision in effect, a hint on running out of GPU memory, and the number
+of CPU threads (all cores, or those other processes leave idle)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import re
+import time
 from collections.abc import Iterator
 from functools import cache
 
@@ -46,18 +50,26 @@ def cpu_has_fast_bf16() -> bool:
 BF16_MIN_WIDTH = 256
 
 
+def cuda_native_bf16(device: torch.device | None = None) -> bool:
+    """True where the GPU computes bf16 and TF32 in hardware: compute capability 8.0 (Ampere)
+    or newer. ``torch.cuda.is_bf16_supported()`` also says True on older cards (V100, T4),
+    which only emulate bf16, slower than fp32."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def resolve_precision(
     precision: str, device: torch.device, d_model: int = 512
 ) -> torch.dtype | None:
     """The autocast dtype (``None`` = fp32). ``auto``: bf16 where it is fast: on CUDA GPUs
-    that support it, and on CPUs with bf16 matrix units for models at least ``BF16_MIN_WIDTH``
-    wide."""
+    with bf16 hardware (``cuda_native_bf16``; older ones train in plain fp32, without TF32,
+    which they lack too), and on CPUs with bf16 matrix units for models at least
+    ``BF16_MIN_WIDTH`` wide. ``bf16`` asked for by name also runs emulated on older GPUs."""
     if precision == "fp32":
         return None
     if precision not in ("bf16", "auto"):
         raise TformerError(f"unknown precision {precision!r}: use fp32, bf16 or auto")
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
+        if cuda_native_bf16(device) or (precision == "bf16" and torch.cuda.is_bf16_supported()):
             return torch.bfloat16
         if precision == "bf16":
             raise TformerError("this GPU does not support bf16; use --precision fp32")
@@ -68,6 +80,36 @@ def resolve_precision(
     if precision == "bf16":
         raise TformerError(f"bf16 autocast is not supported on {device.type}; use --precision fp32")
     return None  # auto on a small model, or a device without fast bf16
+
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
+    """The precision matrix products actually run in, for logs and reports: ``bf16 autocast``
+    (any autocast dtype: ``<dtype> autocast``), ``tf32`` (fp32 weights and activations, but
+    CUDA matmuls on TF32 tensor cores: 10-bit mantissa inputs) or ``fp32``."""
+    if dtype is not None:
+        return f"{DTYPE_NAMES.get(dtype, str(dtype))} autocast"
+    tf32 = (
+        torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    )
+    if device.type == "cuda" and tf32 and cuda_native_bf16(device):
+        return "tf32"
+    return "fp32"
+
+
+@contextlib.contextmanager
+def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
+    """Turn running out of GPU memory into a one-line ``TformerError`` that suggests a smaller
+    ``--max-tokens`` (the batch size in tokens; ``max_tokens``: its value now)."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        asked = re.search(r"Tried to allocate ([\d.]+ \w+)", str(e))
+        detail = f" (tried to allocate {asked.group(1)})" if asked else ""
+        now = f" (now {max_tokens})" if max_tokens is not None else ""
+        raise TformerError(f"out of GPU memory{detail}: try a smaller --max-tokens{now}") from None
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -96,16 +138,83 @@ def reuse_freed_memory() -> None:
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
     with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
-    Also ``reuse_freed_memory()``."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    Also ``reuse_freed_memory()``, and TF32 matmuls on GPUs that have TF32 units (Ampere+)."""
+    cores = len(allowed_cpus())
     wanted = os.environ.get("TFORMER_THREADS", "")
     if wanted and not wanted.isdigit():
         raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
-    torch.set_num_threads(max(1, int(wanted) if wanted else cores or 1))
+    torch.set_num_threads(max(1, int(wanted) if wanted else cores))
     reuse_freed_memory()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and cuda_native_bf16():  # no TF32 units before Ampere
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+def allowed_cpus() -> set[int]:
+    """The ids of the CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))
+
+
+PROC_STAT = "/proc/stat"
+
+
+def cpu_ticks() -> dict[int, tuple[int, int]] | None:
+    """Per CPU id, its (busy, total) clock ticks since boot, from Linux's ``/proc/stat``;
+    ``None`` where that is unreadable (macOS, Windows). Idle and iowait are not busy; guest
+    time is already counted in user time."""
+    try:
+        with open(PROC_STAT, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    ticks: dict[int, tuple[int, int]] = {}
+    for line in lines:
+        name, *fields = line.split() or [""]
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 5:
+            t = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+            ticks[int(name[3:])] = (sum(t) - t[3] - t[4], sum(t))
+    return ticks or None
+
+
+def busy_cores(seconds: float = 0.15) -> float | None:
+    """How many of this process's CPUs other processes keep busy now: their busy share over
+    ``seconds`` of ``/proc/stat``, less this process's own CPU time; ``None`` where
+    ``cpu_ticks`` has nothing to say."""
+    before, own_before = cpu_ticks(), os.times()
+    if before is None:
+        return None
+    time.sleep(seconds)
+    after, own_after = cpu_ticks(), os.times()
+    if after is None:
+        return None
+    cpus = [c for c in allowed_cpus() if c in before and c in after]
+    cpus = cpus or sorted(set(before) & set(after))
+    busy = sum(after[c][0] - before[c][0] for c in cpus)
+    total = sum(after[c][1] - before[c][1] for c in cpus)
+    own_seconds = own_after.user + own_after.system - own_before.user - own_before.system
+    own = own_seconds * os.sysconf("SC_CLK_TCK")  # in ticks, as /proc/stat counts
+    return max(0.0, (busy - own) / max(1, total) * len(cpus))
+
+
+def free_cores() -> int:
+    """The cores of this process not busy with other work, at least 1.
+
+    A torch thread that waits for a core another process holds stalls every small op of the
+    decoding loop: on 2 shared cores under load, 2 threads made ``tformer eval`` 4-5x slower
+    than 1. Busy means busy now (``busy_cores``), not the 1-minute load average, which still
+    counts a training run that ended seconds ago; the load average serves only where
+    ``/proc/stat`` is missing (macOS), and nothing (all cores) where it is missing too.
+    """
+    cores = len(allowed_cpus())
+    busy = busy_cores()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this platform
+            busy = 0.0
+    return max(1, min(cores, round(cores - busy)))
 
 
 @contextlib.contextmanager

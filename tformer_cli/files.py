@@ -1,5 +1,7 @@
-"""Atomic file writes: a temporary file in the target's folder, then ``os.replace``, so that
-readers never see half a file and an interrupted write leaves the old file whole."""
+"""Atomic, durable file writes: a temporary file in the target's folder, synced to disk, then
+``os.replace``, then the folder synced, so that readers never see half a file, an interrupted
+write leaves the old file whole, and after a power cut the name points at the whole new file
+or the old one (never at an empty file, as on file systems without ext4's rename heuristic)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,42 @@ from pathlib import Path
 from tformer_cli.errors import TformerError
 
 
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file."""
+def sync_file(path: Path) -> None:
+    """``fsync`` the file at ``path``: its data and size reach the disk."""
+    fd = os.open(path, os.O_RDWR)  # Windows syncs only files open for writing
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(folder: Path) -> None:
+    """``fsync`` a folder, so that a rename into it survives a power cut. Best effort, as in
+    SQLite: some platforms and file systems cannot open or sync a folder; the file itself is
+    already whole on disk then."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool = True) -> None:
+    """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file.
+
+    ``durable``: sync the file before the rename and the folder after it (checkpoints, run
+    files), and the parent of each folder it had to make; ``False`` skips all that, for outputs
+    that are cheap to make again."""
+    made: list[Path] = []
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -24,13 +60,19 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
+        if durable:
+            sync_file(Path(tmp))
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
         raise
+    if durable:
+        for folder in (path.parent, *(f.parent for f in made)):
+            sync_dir(folder)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write ``text`` as UTF-8 with ``atomic_write``."""
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), durable=durable)

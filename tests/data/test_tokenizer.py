@@ -7,6 +7,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer, models
 
 from tformer_cli.data.tokenizer import (
@@ -56,6 +58,36 @@ def test_special_tokens_get_the_fixed_ids(tok: Tokenizer) -> None:
 def test_decode_inverts_encode_on_ordinary_text(tok: Tokenizer) -> None:
     assert decode(tok, encode(tok, TEXTS)) == TEXTS
     assert decode(tok, encode(tok, ["Hallo, Welt!"])) == ["Hallo, Welt!"]
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def subword(request: pytest.FixtureRequest) -> Tokenizer:
+    return train_tokenizer(CORPUS, vocab_size=300, kind=request.param, min_frequency=1)
+
+
+def alphabet(tok: Tokenizer) -> list[str]:
+    """The characters the tokenizer has a piece for on their own (not the word mark ``▁``)."""
+    return sorted(t for t in tok.get_vocab() if len(t) == 1 and t != "▁")
+
+
+WHITESPACE = [" ", "  ", "\t", "\n", "\u00a0", "\u3000"]  # NFKC makes the last two spaces
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_decode_inverts_encode_on_any_text_it_can_represent(
+    subword: Tokenizer, data: st.DataObject
+) -> None:
+    """What a subword tokenizer can represent: any text whose characters, after the
+    normaliser (NFKC, each run of whitespace one space, none at the ends), are in its
+    alphabet. Such a text encodes without ``<unk>`` and decodes to its normal form: NFKC with
+    the whitespace collapsed. (A word-level tokenizer represents only its known words.)"""
+    pieces = st.sampled_from(alphabet(subword) + WHITESPACE)
+    text = "".join(data.draw(st.lists(pieces, max_size=30), label="pieces"))
+    normal = " ".join(unicodedata.normalize("NFKC", text).split())
+    (ids,) = encode(subword, [text])
+    assert UNK_ID not in ids
+    assert decode(subword, [ids]) == [normal]
 
 
 def test_round_trip_returns_the_nfkc_form(bpe: Tokenizer) -> None:

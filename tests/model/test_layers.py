@@ -130,5 +130,15 @@ def test_dropout_gradient_is_the_same_mask_and_scale():
 
 
 def test_dropout_keeps_bf16_under_autocast():
-    x = torch.randn(8, 16, dtype=torch.bfloat16)
-    assert dropout(x, 0.1, training=True).dtype == torch.bfloat16
+    """Under CPU bf16 autocast a linear layer's output is bf16; dropout must keep it bf16 (its
+    fp32 random mask must not promote it) and still zero or scale each element."""
+    torch.manual_seed(6)
+    linear, x = torch.nn.Linear(16, 16), torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = linear(x)
+        y = dropout(h, 0.25, training=True)
+    assert h.dtype == y.dtype == torch.bfloat16  # h: autocast was on (x and weights are fp32)
+    kept = y != 0
+    assert kept.any() and not kept.all()
+    scaled = (h[kept].float() / 0.75).to(torch.bfloat16)
+    assert torch.allclose(y[kept].float(), scaled.float(), rtol=1e-2, atol=0)

@@ -16,11 +16,21 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.conftest import WORDS
-from tests.report.test_exposure import CLEAN, GOLD, P_BEST, SELF, SOURCES, bigram_stub, oracle_stub
+from tests.report.test_exposure import (
+    CLEAN,
+    GOLD,
+    P_BEST,
+    SELF,
+    SOURCES,
+    StubModel,
+    bigram_stub,
+    oracle_stub,
+)
+from tformer_cli import device
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.cli import app
 from tformer_cli.config import DecodeConfig, TrainConfig
-from tformer_cli.data.tokenizer import decode, train_tokenizer
+from tformer_cli.data.tokenizer import EOS_ID, UNK_ID, decode, train_tokenizer
 from tformer_cli.report import evaluation
 from tformer_cli.report.evaluation import (
     EvalConfig,
@@ -120,7 +130,10 @@ def test_beam_1_reports_greedy_only(tok):
     )
     assert report.beam is None and report.timing.beam is None
     assert hyps == text(tok, [[4, 5, 6]] * 4)
-    assert "beam" not in rendered(report).splitlines()[2]
+    lines = rendered(report).splitlines()
+    assert lines[0].endswith("| greedy only")
+    header = next(line for line in lines if "greedy" in line and "┃" in line)
+    assert header.split() == ["┃", "┃", "greedy", "┃"]  # one column: no beam
 
 
 def test_json_holds_the_numbers_of_the_dataclass_and_of_the_printed_report(stub_report):
@@ -144,6 +157,39 @@ def test_json_holds_the_numbers_of_the_dataclass_and_of_the_printed_report(stub_
         data["greedy"]["bleu_signature"],
     ):
         assert number in out, number
+
+
+def unk_stub(vocab_size: int) -> StubModel:
+    """Whatever the source and the prefix: ``<unk>`` at position 0, word id 4 at 1, then
+    ``</s>``; so greedy and beam search both output ``<unk> 4``."""
+    wanted = torch.tensor([UNK_ID, 4, EOS_ID])
+
+    def fn(src: torch.Tensor, y: torch.Tensor, start: int) -> torch.Tensor:
+        at = torch.arange(start, start + y.size(1)).clamp(max=2)  # (T,)
+        logits = torch.nn.functional.one_hot(wanted[at], vocab_size).float() * 20 - 10  # (T, V)
+        return logits.repeat(y.size(0), 1, 1)  # (b, T, V)
+
+    return StubModel(fn, vocab_size)
+
+
+def test_generated_unk_tokens_are_counted_and_said_to_be_dropped(tok):
+    """sacrebleu scores the text ``tformer translate`` prints, where ``<unk>`` is dropped;
+    the report counts the ``<unk>`` tokens so a shorter output has a visible cause."""
+    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    report, hyps = evaluate(unk_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(2)))
+    assert hyps == text(tok, [[4]] * 4) and "<unk>" not in " ".join(hyps)
+    for search in (report.greedy, report.beam):
+        assert search is not None and (search.unk, search.unk_rate) == (4, 0.5)
+    saved = json.loads(report_json(report))
+    assert (saved["greedy"]["unk"], saved["beam"]["unk_rate"]) == (4, 0.5)
+    out = " ".join(rendered(report).split())
+    assert "<unk> generated │ 4 (50.00%) │ 4 (50.00%)" in out
+    assert "<unk> tokens are dropped from the text before scoring" in out
+
+
+def test_a_search_without_unk_reports_zero(stub_report):
+    report, _ = stub_report
+    assert (report.greedy.unk, report.greedy.unk_rate) == (0, 0.0)
 
 
 def test_teacher_forced_keeps_its_api(tiny_model):
@@ -185,6 +231,18 @@ def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_
         assert number in result.stdout
     for section in ("1-2.", "1.", "3.", "4.", "5.", "6.", "Caveat", "sample:", "time:"):
         assert section in result.stdout
+
+
+def test_eval_report_names_the_precision_in_effect(tmp_path, corpus_run):
+    json_path = tmp_path / "report.json"
+    result = runner.invoke(
+        app,
+        ["eval", "-m", str(corpus_run), "--limit", "1", "--beam", "1", "--json", str(json_path),
+         "--device", "cpu", "--precision", "bf16", "--threads", "1", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(json_path.read_text())["source"]["precision"] == "bf16 autocast"
+    assert "cpu bf16 autocast, 1 CPU thread" in result.stdout
 
 
 def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
@@ -241,13 +299,6 @@ def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize(("load", "threads"), [(0.0, 2), (0.4, 2), (1.0, 1), (7.5, 1)])
-def test_free_cores_leaves_the_busy_cores_alone(monkeypatch, load, threads):
-    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(evaluation.os, "getloadavg", lambda: (load, load, load))
-    assert evaluation.free_cores() == threads
-
-
 @pytest.mark.parametrize(
     ("env", "option", "threads"), [("2", 0, 2), ("", 0, 1), ("", 2, 2), ("1", 2, 2)]
 )
@@ -255,8 +306,8 @@ def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
     monkeypatch, corpus_run, env, option, threads
 ):
     monkeypatch.setenv("TFORMER_THREADS", env)
-    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(evaluation.os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # both cores busy
+    monkeypatch.setattr(device, "allowed_cpus", lambda: {0, 1})
+    monkeypatch.setattr(device, "busy_cores", lambda: 2.0)  # both cores busy with other work
     cfg = EvalConfig(DecodeConfig(beam=1))
     report = evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
     assert torch.get_num_threads() == report.source.threads == threads

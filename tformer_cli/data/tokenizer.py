@@ -116,7 +116,8 @@ def encode(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
 
 
 def decode(tok: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
-    """Detokenized text of each id sequence: cut at the first `</s>`, special tokens skipped."""
+    """Detokenized text of each id sequence: cut at the first `</s>`, special tokens (`<unk>`
+    too: it stands for no known text) skipped."""
     cut = []
     for seq in ids:
         seq = [int(i) for i in seq]  # also accepts rows of a tensor

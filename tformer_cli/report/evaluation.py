@@ -31,9 +31,9 @@ from tformer_cli.checkpoint import RunConfig, load_run, resolve_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import CARVED, SPLITS, load_corpus
-from tformer_cli.data.tokenizer import decode, encode
+from tformer_cli.data.tokenizer import UNK_ID, decode, encode
 from tformer_cli.decode.search import translate_ids
-from tformer_cli.device import autocast, inference, setup_threads
+from tformer_cli.device import autocast, free_cores, inference, precision_name, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import Transformer
@@ -128,7 +128,7 @@ class EvalSource:
     tgt_lang: str | None = None
     limit: int | None = None
     device: str | None = None
-    precision: str | None = None
+    precision: str | None = None  # in effect: fp32, tf32 or bf16 autocast (precision_name)
     threads: int | None = None  # torch CPU threads
     version: str = __version__
 
@@ -145,7 +145,9 @@ class TFMetrics:
 
 @dataclass(frozen=True)
 class Search:
-    """Section 2: one search's outputs scored by sacrebleu (detokenized text)."""
+    """Section 2: one search's outputs scored by sacrebleu (detokenized text, as ``tformer
+    translate`` prints it: ``<unk>`` pieces dropped). ``unk``: the ``<unk>`` tokens the search
+    generated; ``unk_rate``: their share of its tokens (``</s>`` not counted)."""
 
     beam: int
     bleu: float
@@ -154,6 +156,8 @@ class Search:
     chrf_signature: str
     exact_match: float | None
     sentences: int
+    unk: int
+    unk_rate: float | None
     seconds: float = field(compare=False)
 
 
@@ -215,16 +219,23 @@ class EvalData:
     refs: list[str]
 
 
-def search_scores(beam: int, hyps: Sequence[str], refs: Sequence[str], seconds: float) -> Search:
-    """Corpus BLEU and chrF with their signatures, and the share of outputs equal to the
-    reference (whitespace-normalised)."""
+def search_scores(
+    beam: int,
+    tokens: Sequence[Sequence[int]],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    seconds: float,
+) -> Search:
+    """Corpus BLEU and chrF of the texts ``hyps`` with their signatures, the share of outputs
+    equal to the reference (whitespace-normalised), and the ``<unk>`` count of their ``tokens``."""
     c = sacrebleu.CHRF()
     bleu_score, bleu_sig = corpus_bleu(hyps, refs)
     chrf_score = c.corpus_score(list(hyps), [list(refs)]).score
     same = sum(h.split() == r.split() for h, r in zip(hyps, refs, strict=True))
+    unk = sum(list(seq).count(UNK_ID) for seq in tokens)
     return Search(
         beam, bleu_score, bleu_sig, chrf_score, str(c.get_signature()),
-        ratio(same, len(refs)), len(refs), seconds,
+        ratio(same, len(refs)), len(refs), unk, ratio(unk, sum(map(len, tokens))), seconds,
     )  # fmt: skip
 
 
@@ -257,7 +268,7 @@ def evaluate(
         on_progress(name, 0)
         return lambda n: on_progress(name, n)
 
-    def search(beam: int) -> tuple[list[str], float]:
+    def search(beam: int) -> tuple[list[list[int]], list[str], float]:
         begin = time.perf_counter()
         out = translate_ids(
             model,
@@ -266,12 +277,14 @@ def evaluate(
             cfg.max_tokens,
             on_batch=stage("greedy" if beam == 1 else f"beam {beam}"),
         )
-        texts = decode(tokenizer, [r.hypotheses[0].tokens for r in out])
-        return texts, time.perf_counter() - begin
+        tokens = [r.hypotheses[0].tokens for r in out]  # without </s>
+        return tokens, decode(tokenizer, tokens), time.perf_counter() - begin
 
     start = time.perf_counter()
-    greedy_text, greedy_s = search(1)
-    beam_text, beam_s = search(cfg.search.beam) if cfg.search.beam > 1 else (None, None)
+    greedy_ids, greedy_text, greedy_s = search(1)
+    beam_ids, beam_text, beam_s = (
+        search(cfg.search.beam) if cfg.search.beam > 1 else (None, None, None)
+    )
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
@@ -290,9 +303,11 @@ def evaluate(
 
     t_scoring = time.perf_counter()
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
-    greedy = search_scores(1, greedy_text, data.refs, greedy_s)
+    greedy = search_scores(1, greedy_ids, greedy_text, data.refs, greedy_s)
     beam = (
-        None if beam_text is None else search_scores(cfg.search.beam, beam_text, data.refs, beam_s)
+        None
+        if beam_text is None
+        else search_scores(cfg.search.beam, beam_ids, beam_text, data.refs, beam_s)
     )
     tf_bleu = corpus_bleu(tf_text, data.refs)[0]
     xent = ratio(clean.nll, clean.tokens)
@@ -317,20 +332,6 @@ def evaluate(
 def report_json(report: EvalReport) -> str:
     """The report as JSON: every number with the settings that produced it."""
     return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
-
-
-def free_cores() -> int:
-    """The cores not busy with other processes (by the 1-minute load average), at least 1.
-
-    A torch thread that waits for a core another process holds stalls every small op of the
-    decoding loop: on 2 shared cores under load, 2 threads made this report 4-5x slower than 1.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        busy = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this platform
-        busy = 0.0
-    return max(1, min(cores or 1, round((cores or 1) - busy)))
 
 
 def evaluate_run(
@@ -387,8 +388,7 @@ def evaluate_run(
     eval_data = EvalData([src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep])
     source = EvalSource(
         str(run_dir), str(data_spec), split, src_lang, tgt_lang, limit, str(run.device),
-        {None: "fp32", torch.bfloat16: "bf16"}.get(run.dtype, str(run.dtype)),
-        torch.get_num_threads(),
+        precision_name(run.device, run.dtype), torch.get_num_threads(),
     )  # fmt: skip
     n = len(keep)
     if src and not n:
@@ -442,8 +442,11 @@ def render_report(r: EvalReport) -> Group:
             ["BLEU", *(fmt(x.bleu) for x in searches)],
             ["chrF", *(fmt(x.chrf) for x in searches)],
             ["exact match", *(pct(x.exact_match, ".1f") for x in searches)],
+            ["<unk> generated", *(f"{x.unk} ({pct(x.unk_rate)})" for x in searches)],
         ],
-        f"BLEU signature: {r.greedy.bleu_signature}\nchrF signature: {r.greedy.chrf_signature}",
+        f"BLEU signature: {r.greedy.bleu_signature}\nchrF signature: {r.greedy.chrf_signature}"
+        "\n<unk> tokens are dropped from the text before scoring, as `tformer translate` drops"
+        " them",
     )
     tf = table(
         "1. Teacher forcing (gold prefix)",
