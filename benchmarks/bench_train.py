@@ -7,39 +7,61 @@ same batches with the same loss and optimizer, interleaved with ours round by ro
 
     python benchmarks/bench_train.py                 # toy default + 3+3 d=256 vocab 8k
     python benchmarks/bench_train.py --steps 20 --rounds 5
+    python benchmarks/bench_train.py --device cuda   # on a GPU (bf16 rows where it has bf16)
+    python benchmarks/bench_train.py --nproc 2       # DDP under torchrun: N processes, gloo/NCCL
+
+With ``--nproc N`` the script starts itself under ``torchrun``; each process trains a DDP copy
+on every N-th batch (the same global batches as one process) and rank 0 reports the global
+tokens/s, with MFU against N times its own process's matmul ceiling. HF is left out there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import Batch, make_batch
-from tformer_cli.device import autocast, cpu_has_fast_bf16, setup_threads
+from tformer_cli.device import autocast, cpu_has_fast_bf16, cuda_native_bf16, setup_threads
 from tformer_cli.model import Transformer
+from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
 from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.trainer import make_optimizer, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
 
-def matmul_ceiling(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best FLOP/s of an (n x n) @ (n x n) matmul."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_ceiling(dtype: torch.dtype, device: torch.device, reps: int = 5) -> float:
+    """Best FLOP/s of an (n x n) @ (n x n) matmul (n = 2048 on CPU, 8192 on a GPU)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     a @ b  # warm-up
     best = float("inf")
     for _ in range(reps):
+        sync(device)
         t = time.perf_counter()
         a @ b
+        sync(device)
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best
 
@@ -77,23 +99,27 @@ def synthetic_batches(vocab: int, max_tokens: int, n: int, seed: int = 0) -> lis
 @dataclass
 class System:
     name: str
-    step: Callable[[Batch, torch.dtype | None], None]
+    step: Callable[[list[Batch], torch.dtype | None], None]  # one update of these batches
 
 
-def tformer_system(cfg: ModelConfig) -> System:
+def tformer_system(cfg: ModelConfig, device: torch.device, world: World = ONE_PROCESS) -> System:
+    """Our training step; under DDP each rank takes its share of every N batches."""
     torch.manual_seed(0)
-    model = Transformer(cfg)
+    model = Transformer(cfg).to(device)
+    wrapped = DistributedDataParallel(model) if world.size > 1 else model
     train_cfg = TrainConfig()
     optimizer = make_optimizer(model, train_cfg)
-    device = torch.device("cpu")
 
-    def step(b: Batch, dtype: torch.dtype | None) -> None:
-        train_step(model, optimizer, [b], [b.tgt_in], b.n_tgt_tokens, train_cfg, device, dtype)
+    def step(group: list[Batch], dtype: torch.dtype | None) -> None:
+        mine = world.shard(group)
+        scale = world.size / sum(b.n_tgt_tokens for b in group)
+        inputs = [b.tgt_in for b in mine]
+        train_step(wrapped, optimizer, mine, inputs, scale, train_cfg, device, dtype, None, world)
 
     return System("tformer", step)
 
 
-def marian_system(cfg: ModelConfig) -> System | None:
+def marian_system(cfg: ModelConfig, device: torch.device) -> System | None:
     """Hugging Face MarianMTModel with our dimensions (post-LN, ReLU, tied, sinusoidal)."""
     try:
         from transformers import MarianConfig, MarianMTModel
@@ -109,20 +135,21 @@ def marian_system(cfg: ModelConfig) -> System | None:
         eos_token_id=3, decoder_start_token_id=2, scale_embedding=True,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
     )  # fmt: skip
-    model: nn.Module = MarianMTModel(hf_cfg)
+    model: nn.Module = MarianMTModel(hf_cfg).to(device)
     train_cfg = TrainConfig()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
-    def step(b: Batch, dtype: torch.dtype | None) -> None:
+    def step(group: list[Batch], dtype: torch.dtype | None) -> None:
         model.train()
-        with autocast(torch.device("cpu"), dtype):
-            logits = model(
-                input_ids=b.src, attention_mask=b.src != 0, decoder_input_ids=b.tgt_in
-            ).logits  # (B, T, V)
-        real = b.tgt_out != 0  # the same loss as ours, on the real positions
-        loss = label_smoothed_loss(logits[real], b.tgt_out[real], train_cfg.label_smoothing)
-        loss = loss / b.n_tgt_tokens
-        loss.backward()
+        for b in group:
+            with autocast(device, dtype):
+                logits = model(
+                    input_ids=b.src, attention_mask=b.src != 0, decoder_input_ids=b.tgt_in
+                ).logits  # (B, T, V)
+            real = b.tgt_out != 0  # the same loss as ours, on the real positions
+            loss = label_smoothed_loss(logits[real], b.tgt_out[real], train_cfg.label_smoothing)
+            loss = loss / b.n_tgt_tokens
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -130,57 +157,113 @@ def marian_system(cfg: ModelConfig) -> System | None:
     return System("HF Marian", step)
 
 
+def relaunch(nproc: int) -> int:
+    """This script again under torchrun with ``nproc`` processes (its own ``--nproc`` left out:
+    torchrun would take it for its ``--nproc-per-node``); the exit code."""
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if not skip and not a.startswith("--nproc"):
+            args.append(a)
+        skip = a == "--nproc"
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    return subprocess.call([*run, str(nproc), __file__, *args])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per round")
+    parser.add_argument("--steps", type=int, default=8, help="timed updates per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--nproc", type=int, default=1, help="DDP processes (torchrun)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face even if installed")
+    parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        sys.exit(relaunch(args.nproc))
+    device = torch.device(args.device)
     setup_threads()
-    precisions = ["fp32", "bf16"] if cpu_has_fast_bf16() else ["fp32"]
-    ceilings = {p: matmul_ceiling(PRECISIONS[p] or torch.float32) for p in precisions}
-    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads,"
-          f" torch {torch.__version__}")  # fmt: skip
-    for p, c in ceilings.items():
-        print(f"# matmul ceiling {p}: {c / 1e9:,.0f} GFLOP/s")
+    world = init_world(device.type)
+    if world.size > 1 and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    elif world.size > 1:  # the processes share the cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // world.size))
+    fast_bf16 = cuda_native_bf16(device) if device.type == "cuda" else cpu_has_fast_bf16()
+    precisions = ["fp32", "bf16"] if fast_bf16 else ["fp32"]
+    ceilings = {p: matmul_ceiling(PRECISIONS[p] or torch.float32, device) for p in precisions}
+    report = world.main
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    if report:
+        print(f"# {machine}, {world.size} process(es) x {torch.get_num_threads()} threads,"
+              f" torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+        for p, c in ceilings.items():
+            print(f"# matmul ceiling {p} (one process): {c / 1e9:,.0f} GFLOP/s")
+        print("| model | system | precision | target tok/s | ms/update | MFU | vs HF |")
+        print("|---|---|---|---:|---:|---:|---:|")
     shapes = {
         "toy default (2+2, d=128, V=1k)": ModelConfig(vocab_size=1000),
         "3+3, d=256, h=4, FFN 1024, V=8k": ModelConfig(
             vocab_size=8000, d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3
         ),
     }
-    print("| model | system | precision | target tok/s | ms/step | MFU | vs HF |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    rows = []
     for label, cfg in shapes.items():
-        batches = synthetic_batches(cfg.vocab_size, args.max_tokens, args.steps)
+        batches = synthetic_batches(cfg.vocab_size, args.max_tokens, args.steps * world.size)
+        batches = [b.to(device) for b in batches]
+        updates = [batches[i : i + world.size] for i in range(0, len(batches), world.size)]
         flops = model_flops(cfg, batches)
         tokens = sum(b.n_tgt_tokens for b in batches)
-        systems = [tformer_system(cfg)]
-        hf = None if args.no_hf else marian_system(cfg)
+        systems = [tformer_system(cfg, device, world)]
+        hf = None if args.no_hf or world.size > 1 else marian_system(cfg, device)
         if hf is not None:
             systems.append(hf)
         seconds: dict[tuple[str, str], list[float]] = {}
         for p in precisions:
             for s in systems:
-                s.step(batches[0], PRECISIONS[p])  # warm-up
-        for _ in range(args.rounds):
+                s.step(updates[0], PRECISIONS[p])  # warm-up
+        for r in range(args.rounds):
             for p in precisions:
-                for s in systems:
+                for s in systems[r % len(systems) :] + systems[: r % len(systems)]:  # rotate
+                    sync(device)
+                    if world.size > 1:
+                        dist.barrier()
                     t = time.perf_counter()
-                    for b in batches:
-                        s.step(b, PRECISIONS[p])
+                    for group in updates:
+                        s.step(group, PRECISIONS[p])
+                    sync(device)
                     seconds.setdefault((s.name, p), []).append(time.perf_counter() - t)
         for p in precisions:
             hf_time = statistics.median(seconds[("HF Marian", p)]) if hf else None
             for s in systems:
                 t = statistics.median(seconds[(s.name, p)])
-                ratio = f"{hf_time / t:.2f}x" if hf_time else "-"
-                print(
-                    f"| {label} | {s.name} | {p} | {tokens / t:,.0f}"
-                    f" | {1000 * t / len(batches):.0f}"
-                    f" | {flops / t / ceilings[p]:.1%} | {ratio} |"
-                )
+                mfu = flops / t / (ceilings[p] * world.size)
+                row = {"model": label, "system": s.name, "precision": p,
+                       "processes": world.size, "tokens_per_s": tokens / t,
+                       "ms_per_update": 1000 * t / len(updates), "mfu": mfu,
+                       "vs_hf": hf_time / t if hf_time else None}  # fmt: skip
+                rows.append(row)
+                if report:
+                    ratio = f"{row['vs_hf']:.2f}x" if hf_time else "-"
+                    print(f"| {label} | {s.name} | {p} | {row['tokens_per_s']:,.0f}"
+                          f" | {row['ms_per_update']:.0f} | {mfu:.1%} | {ratio} |")  # fmt: skip
+    if report and args.json:
+        meta = {"machine": machine, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                "threads": torch.get_num_threads(), "device": device.type}  # fmt: skip
+        args.json.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    if world.size > 1:
+        dist.destroy_process_group()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

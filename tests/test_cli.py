@@ -3,6 +3,12 @@ translation from a run folder."""
 
 from __future__ import annotations
 
+import json
+import os
+import select
+import subprocess
+import sys
+
 import pytest
 import torch
 import typer
@@ -16,10 +22,11 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def plain_environment(tmp_path, monkeypatch):
-    """Run in an empty folder (no runs/), without TFORMER_DEBUG, and with an 80-column stderr
-    as a log file or CI gets it."""
+    """Run in an empty folder (no runs/), without TFORMER_DEBUG, on one torch thread (as the
+    other tests), and with an 80-column stderr as a log file or CI gets it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TFORMER_DEBUG", raising=False)
+    monkeypatch.setenv("TFORMER_THREADS", "1")
     monkeypatch.setenv("COLUMNS", "80")
     if hasattr(cli, "err"):
         monkeypatch.setattr(cli.err, "_width", 80, raising=False)
@@ -173,10 +180,10 @@ def test_an_interrupted_training_exits_130_and_says_how_to_resume(tmp_path, monk
     assert "--resume runs/cut" in result.stderr and "no model.pt yet" in result.stderr
 
 
-def test_resume_without_last_pt_is_an_error(tmp_path):
+def test_resume_of_a_folder_without_config_json_is_an_error(tmp_path):
     (tmp_path / "old").mkdir()
     result = invoke("train", "--resume", str(tmp_path / "old"), "--quiet")
-    assert_clean_error(result, "last.pt")
+    assert_clean_error(result, "no config.json")
 
 
 def test_bad_norm_is_a_usage_error():
@@ -307,3 +314,179 @@ def test_an_empty_input_file_says_there_is_nothing_to_translate(tmp_path, make_r
     result = invoke(*args)
     assert result.exit_code == 0 and "nothing to translate" in result.stderr
     assert out.read_text() == ""
+
+
+# ---------------------------------------------------------------------------- translate input
+def run_args(run_dir, *extra: str) -> list[str]:
+    return ["-m", str(run_dir), "--device", "cpu", "--greedy", "--max-len-b", "2", *extra]
+
+
+def test_invalid_utf8_on_stdin_is_a_one_line_error_naming_the_line(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    result = runner.invoke(
+        app, ["translate", *run_args(run_dir)], input=b"red cat\nder hund\xff sieht\n"
+    )
+    assert_clean_error(result, "stdin line 2 is not valid UTF-8")
+    assert len(error_lines(result)) == 1
+
+
+def test_invalid_utf8_in_a_file_is_a_one_line_error_naming_file_and_line(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    (tmp_path / "in.txt").write_bytes(b"der hund\xff sieht\n")
+    result = invoke("translate", "-f", "in.txt", *run_args(run_dir))
+    assert_clean_error(result, "in.txt line 1 is not valid UTF-8")
+    assert len(error_lines(result)) == 1
+
+
+def test_an_argument_that_is_not_utf8_is_a_one_line_error(tmp_path, make_run):
+    """Python keeps an argument's undecodable bytes as lone surrogates (``surrogateescape``)."""
+    run_dir, _ = make_run(tmp_path / "run")
+    result = invoke("translate", "red cat", "der hund\udcff", *run_args(run_dir))
+    assert_clean_error(result, "argument 2 is not valid UTF-8")
+
+
+SEPARATED = "red\u2028cat\r\nblue\x85dog\x1c\n\x0c\n big  dog\x1d"  # 4 lines, ended by \n only
+
+
+@pytest.mark.parametrize("source", ["stdin", "file"])
+def test_a_line_is_what_ends_in_a_newline_as_in_corpus_files(tmp_path, make_run, source):
+    """Other Unicode separators stay inside a line, a CRLF line loses its \\r: one output line
+    per input line, each the translation of that line alone."""
+    run_dir, _ = make_run(tmp_path / "run")
+    (tmp_path / "in.txt").write_bytes(SEPARATED.encode())
+    if source == "stdin":
+        result = runner.invoke(app, ["translate", *run_args(run_dir)], input=SEPARATED.encode())
+    else:
+        result = invoke("translate", "-f", "in.txt", *run_args(run_dir))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout_bytes.decode().split("\n")
+    assert lines.pop() == "" and len(lines) == 4
+    texts = ["red\u2028cat", "blue\x85dog\x1c", "\x0c", " big  dog\x1d"]
+    alone = invoke("translate", *texts, *run_args(run_dir))
+    assert alone.stdout_bytes.decode().split("\n")[:-1] == lines
+
+
+def test_chunks_keep_input_order_and_global_indices(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    texts = ["red cat", "one", "big dog two three", "", "bird", "small green cat"]
+    stdin = "".join(f"{t}\n" for t in texts).encode()
+    whole = runner.invoke(app, ["translate", *run_args(run_dir, "--json")], input=stdin)
+    chunked = runner.invoke(
+        app, ["translate", *run_args(run_dir, "--json", "--chunk-size", "2")], input=stdin
+    )
+    assert chunked.exit_code == 0, chunked.output
+    records = [json.loads(line) for line in chunked.stdout.splitlines()]
+    assert [r["index"] for r in records] == list(range(6))
+    assert [r["source"] for r in records] == texts
+    alone = [json.loads(line) for line in whole.stdout.splitlines()]
+    translations = [[h["translation"] for h in r["hypotheses"]] for r in records]
+    assert translations == [[h["translation"] for h in r["hypotheses"]] for r in alone]
+
+
+def test_a_too_long_line_is_named_by_its_line_number_across_chunks(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")  # max_positions 64
+    stdin = ("red cat\n" * 4 + "dog " * 70 + "\n").encode()
+    result = runner.invoke(app, ["translate", *run_args(run_dir, "--chunk-size", "2")], input=stdin)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "input 5 has 71 tokens; this model reads at most 64" in result.stderr
+
+
+def test_output_file_appears_whole_at_the_end_or_not_at_all(tmp_path, make_run):
+    """Chunks go to stdout as they are translated, but -o FILE is written atomically: an error
+    in a later chunk leaves the old file untouched."""
+    run_dir, _ = make_run(tmp_path / "run")
+    stdin = b"red cat\nblue dog\none\ntwo\nbad \xff line\n"
+    args = ["translate", *run_args(run_dir, "--chunk-size", "2")]
+    streamed = runner.invoke(app, args, input=stdin)
+    assert streamed.exit_code == 1 and "stdin line 5 is not valid UTF-8" in streamed.stderr
+    assert len(streamed.stdout.splitlines()) == 4  # the two chunks before the bad line
+    (tmp_path / "out.txt").write_text("old\n")
+    failed = runner.invoke(app, [*args, "-o", "out.txt"], input=stdin)
+    assert failed.exit_code == 1
+    assert (tmp_path / "out.txt").read_text() == "old\n"
+    assert not list(tmp_path.glob(".out.txt.*"))  # no temporary file left behind
+    ok = runner.invoke(app, [*args, "-o", "out.txt"], input=stdin[: stdin.index(b"bad")])
+    assert ok.exit_code == 0 and ok.stdout == ""
+    assert (tmp_path / "out.txt").read_text() == streamed.stdout
+
+
+def test_translate_streams_output_before_stdin_ends(tmp_path, make_run):
+    """A real process in a pipe: the first chunk's translations come out while stdin is still
+    open, and every line gets its own output line once it closes."""
+    run_dir, _ = make_run(tmp_path / "run")
+    cmd = [
+        sys.executable,
+        "-m",
+        "tformer_cli",
+        "translate",
+        *run_args(run_dir, "--chunk-size", "2"),
+    ]
+    env = {**os.environ, "TFORMER_THREADS": "1"}
+    with subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        try:
+            proc.stdin.write(b"red cat\nblue dog\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, "no output within 30 s while stdin was open"
+            first = proc.stdout.readline()
+            assert first.endswith(b"\n")
+            proc.stdin.write(b"one\ntwo\nbig bird\n")
+            proc.stdin.close()
+            rest = proc.stdout.read()
+            assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        finally:
+            proc.kill()
+    assert (first + rest).count(b"\n") == 5
+
+
+def test_a_reader_that_stops_early_ends_translate_quietly(tmp_path, make_run):
+    """``tformer translate -f big | head -1``: once the reader is gone, the next chunk's write
+    fails (EPIPE); translate then stops with the shell's code for it (141), saying nothing."""
+    run_dir, _ = make_run(tmp_path / "run")
+    (tmp_path / "in.txt").write_text("red cat blue dog\n" * 3000)  # output > a pipe's 64 KiB
+    args = run_args(run_dir, "-f", "in.txt", "--chunk-size", "500", "--max-len-b", "1", "-q")
+    env = {**os.environ, "TFORMER_THREADS": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "tformer_cli", "translate", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    ) as proc:  # fmt: skip
+        assert proc.stdout.readline().endswith(b"\n")
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 141
+        assert proc.stderr.read() == b""
+
+
+# ---------------------------------------------------------------------------- parallel files
+TINY_TRAIN = [
+    "--d-model", "32", "--heads", "4", "--d-ff", "64", "--layers", "1", "--vocab-size", "60",
+    "--max-tokens", "96", "--warmup", "2", "--valid-every", "4", "--valid-bleu-size", "2",
+    "--max-steps", "4", "--epochs", "0", "--device", "cpu", "--precision", "fp32",
+]  # fmt: skip
+
+
+@pytest.fixture
+def wmt_files(tmp_path):
+    """WMT-style plain parallel files (train/dev/newstest .de/.en) in a folder of their own."""
+    from tests.conftest import reversal_pairs
+
+    folder = tmp_path / "wmt"
+    for stem, n, seed in (("train", 40, 1), ("dev", 6, 2), ("newstest", 5, 3)):
+        pairs = reversal_pairs(n, seed)
+        write_plain(folder, stem, {"de": [s for s, _ in pairs], "en": [t for _, t in pairs]})
+    return folder
+
+
+def test_train_on_plain_parallel_files_keeps_their_absolute_paths(tmp_path, wmt_files):
+    """train.* are the train split, dev.* the valid one, and the test split is carved from
+    train (a tenth of 40 pairs): 36 pairs left to train on."""
+    files = ["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en"]
+    valid = ["--valid-src-file", "wmt/dev.de", "--valid-tgt-file", "wmt/dev.en"]
+    result = invoke("train", *files, *valid, "--name", "r", *TINY_TRAIN)
+    assert result.exit_code == 0, result.output
+    assert "36 training pairs" in result.stderr
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())["train"]
+    assert config["data"] == "files"
+    assert config["src_file"] == str(wmt_files / "train.de")
+    assert config["valid_tgt_file"] == str(wmt_files / "dev.en")

@@ -2,24 +2,63 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
+import sys
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from tformer_cli import cli
-from tformer_cli.config import ModelConfig, TrainConfig, from_dict, load_recipe
+from tformer_cli.config import RECIPES, ModelConfig, TrainConfig, from_dict, load_recipe
 from tformer_cli.device import resolve_precision
 from tformer_cli.errors import TformerError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
-def test_shipped_recipes_build_valid_configs():
-    for name in ("toy", "multi30k"):
-        recipe = load_recipe(name)
-        from_dict(TrainConfig, recipe["train"])
-        from_dict(ModelConfig, {"vocab_size": 8000, **recipe["model"]})
+
+@pytest.mark.parametrize("name", ["toy", "multi30k"])
+def test_shipped_recipes_build_configs_holding_every_value_of_their_toml_file(name):
+    """Every setting of the file reaches the config unchanged; the rest keep their defaults."""
+    text = (RECIPES / f"{name}.toml").read_text(encoding="utf-8")
+    tables = tomllib.loads(text)
+    recipe = load_recipe(name)
+    configs = {
+        "model": from_dict(ModelConfig, {"vocab_size": 8000, **recipe["model"]}),
+        "train": from_dict(TrainConfig, recipe["train"]),
+    }
+    defaults = {"model": ModelConfig(vocab_size=8000), "train": TrainConfig()}
+    assert set(tables) == {"model", "train"}
+    for table, values in tables.items():
+        assert values, f"[{table}] of {name}.toml is empty"
+        for field in dataclasses.fields(configs[table]):
+            want = values.get(field.name, getattr(defaults[table], field.name))
+            got = getattr(configs[table], field.name)
+            assert got == want and type(got) is type(want), (table, field.name, got, want)
+
+
+def test_multi30k_recipe_is_the_documented_one():
+    """The README's recipe: shared BPE 8k, 3+3 pre-LN layers, d=256, 4 heads, FFN 1024, tied
+    embeddings, dropout 0.3, label smoothing 0.1, 4,096-token batches, lr 7e-4 with 500
+    warm-up steps, validation on all 1,014 val sentences every 250 updates, patience 8, the
+    average of the last 5 checkpoints, de->en."""
+    recipe = load_recipe("multi30k")
+    model = from_dict(ModelConfig, {"vocab_size": 8000, **recipe["model"]})
+    train = from_dict(TrainConfig, recipe["train"])
+    assert (model.d_model, model.h, model.d_ff) == (256, 4, 1024)
+    assert (model.n_encoder_layers, model.n_decoder_layers, model.norm) == (3, 3, "pre")
+    assert (model.dropout, model.tie_embeddings, model.positional) == (0.3, True, "sinusoidal")
+    assert (train.vocab_size, train.tokenizer_kind, train.max_tokens) == (8000, "bpe", 4096)
+    assert (train.lr, train.warmup, train.label_smoothing) == (7e-4, 500, 0.1)
+    assert (train.valid_every, train.valid_bleu_size, train.patience) == (250, 1014, 8)
+    assert (train.average, train.max_epochs) == (5, 100)
+    assert (train.src_lang, train.tgt_lang, train.data) == ("de", "en", "toy")
 
 
 def test_toy_recipe_equals_the_built_in_defaults():
@@ -142,7 +181,9 @@ def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
      (["--clip-norm=-1"], "--clip-norm must be 0 (off)"),
      (["--label-smoothing", "1.5"], "--label-smoothing must be in [0, 1)"),
      (["--valid-bleu-size", "0"], "--valid-bleu-size must be at least 1"),
-     (["--ss-tau", "0"], "--ss-tau must be > 0"), (["--ss-min", "2"], "--ss-min must be in")],
+     (["--ss-tau", "0"], "--ss-tau must be > 0"), (["--ss-min", "2"], "--ss-min must be in"),
+     (["--lr", "nan"], "--lr must be a finite number, not nan"),
+     (["--max-minutes", "inf"], "--max-minutes must be a finite number, not inf")],
 )  # fmt: skip
 def test_bad_model_and_stopping_values_are_one_line_errors(
     tmp_path, monkeypatch, captured_trainer, options, message
@@ -170,7 +211,9 @@ def test_recipe_values_of_the_wrong_type_are_one_line_errors(tmp_path, text, mes
 def test_decode_config_refuses_negative_penalties_and_limits():
     from tformer_cli.config import DecodeConfig
 
-    for bad in (dict(alpha=-1.0), dict(max_len_a=-1.0), dict(beam=0), dict(nbest=0)):
+    bad_values = (dict(alpha=-1.0), dict(max_len_a=-1.0), dict(beam=0), dict(nbest=0),
+                  dict(alpha=math.nan), dict(max_len_a=math.inf))  # fmt: skip
+    for bad in bad_values:
         with pytest.raises(TformerError):
             DecodeConfig(**bad)
 
@@ -182,3 +225,76 @@ def test_a_run_keeps_its_local_data_path_absolute(tmp_path, monkeypatch, capture
     result = CliRunner().invoke(cli.app, ["train", "--data", "mine.tsv", "--quiet"])
     assert "stop here" in result.output
     assert captured_trainer["train"].data == str(tmp_path / "mine.tsv")
+
+
+# ---------------------------------------------------------------------------- parallel files
+def write_lines(path, lines: list[str]):
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def parallel_files(tmp_path, monkeypatch):
+    """train.de/train.en and dev.de/dev.en in a folder beside the working folder."""
+    files = tmp_path / "wmt"
+    files.mkdir()
+    for stem, n in (("train", 30), ("dev", 3)):
+        write_lines(files / f"{stem}.de", [f"ein satz {i}" for i in range(n)])
+        write_lines(files / f"{stem}.en", [f"a sentence {i}" for i in range(n)])
+    monkeypatch.chdir(tmp_path)
+    return files
+
+
+def test_src_and_tgt_files_are_kept_as_absolute_paths_and_data_says_files(
+    parallel_files, captured_trainer
+):
+    options = ["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en", "--quiet"]
+    result = CliRunner().invoke(cli.app, ["train", *options])
+    assert "stop here" in result.output
+    train = captured_trainer["train"]
+    assert (train.data, train.src_file, train.tgt_file) == (
+        "files",
+        str(parallel_files / "train.de"),
+        str(parallel_files / "train.en"),
+    )
+    assert train.valid_src_file is None and train.valid_tgt_file is None
+    assert captured_trainer["run_dir"].name.startswith("files-")
+    valid = ["--valid-src-file", "wmt/dev.de", "--valid-tgt-file", "wmt/dev.en"]
+    CliRunner().invoke(cli.app, ["train", *options, *valid])
+    train = captured_trainer["train"]
+    assert (train.valid_src_file, train.valid_tgt_file) == (
+        str(parallel_files / "dev.de"),
+        str(parallel_files / "dev.en"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [(["--src-file", "wmt/train.de"], "--src-file and --tgt-file go together: give both"),
+     (["--tgt-file", "wmt/train.en"], "--src-file and --tgt-file go together: give both"),
+     (["--valid-src-file", "wmt/dev.de"], "--valid-src-file and --valid-tgt-file go together"),
+     (["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en", "--data", "toy"],
+      "give --data or --src-file/--tgt-file, not both"),
+     (["--src-file", "wmt/train.de", "--tgt-file", "wmt/nope.en"], "wmt/nope.en: no such file"),
+     (["--valid-src-file", "wmt/nope.de", "--valid-tgt-file", "wmt/dev.en"],
+      "wmt/nope.de: no such file")],
+)  # fmt: skip
+def test_bad_parallel_file_options_are_one_line_errors_before_training(
+    parallel_files, captured_trainer, options, message
+):
+    result = CliRunner().invoke(cli.app, ["train", *options, "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0]
+    assert "stop here" not in result.output and not captured_trainer
+
+
+def test_a_config_json_from_before_the_parallel_file_fields_still_loads(tmp_path):
+    from tformer_cli.checkpoint import RunConfig
+
+    RunConfig(ModelConfig(vocab_size=50), TrainConfig(src_lang="de")).save(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    for field in ("src_file", "tgt_file", "valid_src_file", "valid_tgt_file"):
+        del raw["train"][field]
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert RunConfig.load(tmp_path).train == TrainConfig(src_lang="de")

@@ -63,12 +63,14 @@ class RunConfig:
                     f"{path}: run format {fmt} from tformer {raw.get('version')} "
                     f"cannot be read by tformer {__version__} (format {FORMAT}); retrain it"
                 )
-            return cls(
-                model=from_dict(ModelConfig, raw["model"]),
-                train=from_dict(TrainConfig, raw["train"]),
-                version=raw["version"],
-                format=fmt,
-            )
+            try:
+                model, train = (
+                    from_dict(ModelConfig, raw["model"]),
+                    from_dict(TrainConfig, raw["train"]),
+                )
+            except TformerError as e:  # a field of the wrong type or out of range
+                raise TformerError(f"{path} is corrupt ({e})") from None
+            return cls(model=model, train=train, version=raw["version"], format=fmt)
         except FileNotFoundError:
             if (run_dir / "tokenizer.json").is_file():  # killed between the two first writes
                 raise TformerError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -52,6 +53,10 @@ def friendly_errors(fn: F) -> F:
                 raise
             err.print(f"[bold red]Error:[/] {escape(str(e))}", highlight=False)
             raise typer.Exit(1) from None
+        except BrokenPipeError:  # our reader left (`tformer translate ... | head`): stop quietly
+            with contextlib.suppress(OSError, ValueError):  # and no second error at exit's flush
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports `cat | head`
         except OSError as e:  # a file we were told to read or write: name it, no traceback
             if os.environ.get("TFORMER_DEBUG"):
                 raise
@@ -104,6 +109,8 @@ M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
 # train's options -> (config table, field); "layers" sets both stacks
 TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
+    "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
+    "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
     "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
     "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
     "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
@@ -128,10 +135,31 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
 def train(
     ctx: typer.Context,
     data: Annotated[
-        str, typer.Option(help="toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG].")
+        str,
+        typer.Option(
+            help="toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG] (or --src-file"
+            " and --tgt-file)."
+        ),
     ] = T.data,
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
+    src_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Plain source file (one sentence a line, e.g. train.de), the train split with"
+            " --tgt-file, instead of --data; valid/test are carved from it unless given."
+        ),
+    ] = None,
+    tgt_file: Annotated[
+        Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
+    ] = None,
+    valid_src_file: Annotated[
+        Path | None,
+        typer.Option(help="Plain source file of the valid split, with --valid-tgt-file."),
+    ] = None,
+    valid_tgt_file: Annotated[
+        Path | None, typer.Option(help="Plain target file of the valid split.")
+    ] = None,
     preset: Annotated[
         str | None,
         typer.Option(help="Recipe: toy, multi30k or a .toml file; options given here win."),
@@ -204,6 +232,21 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed.")] = T.seed,
     device: Device = T.device,
     precision: Precision = T.precision,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Train with N processes (DDP under torchrun: one per GPU, or N sharing the"
+            " CPU cores). Each update takes max(--accum, N) batches, one share per process.",
+        ),
+    ] = 1,
+    nnodes: Annotated[
+        str, typer.Option(help="Machines taking part, passed to torchrun (e.g. 2, or 1:4).")
+    ] = "1",
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Train a tokenizer and a Transformer, then report test BLEU (greedy, sacrebleu).
@@ -213,8 +256,14 @@ def train(
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
     from tformer_cli.checkpoint import RunConfig
-    from tformer_cli.data.corpus import absolute_data
+    from tformer_cli.data.corpus import kept_data
+    from tformer_cli.train.distributed import launch, leave_world
     from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
+
+    if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
+        if os.environ.get("WORLD_SIZE"):
+            raise TformerError("--nproc starts torchrun itself: not under torchrun")
+        raise typer.Exit(launch(nproc, sys.argv[2:], nnodes, rdzv_endpoint))
 
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     recipe = load_recipe(preset) if preset else {}
@@ -227,9 +276,10 @@ def train(
 
     given = {option for option in TRAIN_OPTIONS if is_given(option)}
     for option, (table, *fields) in TRAIN_OPTIONS.items():
+        value = ctx.params[option]
         for field in fields:
             if option in given or field not in tables[table]:
-                tables[table][field] = ctx.params[option]
+                tables[table][field] = str(value) if isinstance(value, Path) else value
     log = Console(stderr=True, quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules and --device win
         saved = RunConfig.load(resume)  # without last.pt the run starts over, with a message
@@ -246,7 +296,9 @@ def train(
         model_cfg, run_dir = saved.model, resume
     else:
         train_cfg = from_dict(TrainConfig, tables["train"])
-        train_cfg = dataclasses.replace(train_cfg, data=absolute_data(train_cfg.data))
+        if train_cfg.src_file is not None and is_given("data"):
+            raise TformerError("give --data or --src-file/--tgt-file, not both")
+        train_cfg = kept_data(train_cfg)
         model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
         if model_cfg.positional not in ("sinusoidal", "learned"):
             raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
@@ -254,7 +306,12 @@ def train(
             raise typer.BadParameter("use post or pre", param_hint="--norm")
         run_dir = new_run_dir(runs_dir, name, train_cfg.data)
     trainer = Trainer(run_dir, model_cfg, train_cfg, resume=resume is not None, console=log)
-    result = trainer.run(quiet=quiet)
+    try:
+        result = trainer.run(quiet=quiet)
+    finally:
+        leave_world(trainer.world)
+    if not trainer.world.main:  # under torchrun rank 0 alone reports
+        raise typer.Exit(130 if result.interrupted else 0)
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
     out.print(f"run: {result.run_dir}", markup=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,13 @@ class ModelConfig:
 class TrainConfig:
     """Everything `tformer train` needs besides the model shape."""
 
-    data: str = "toy"
+    data: str = "toy"  # "files" when the data are the plain parallel files below
     src_lang: str | None = None
     tgt_lang: str | None = None
+    src_file: str | None = None  # with tgt_file: plain parallel files, the train split
+    tgt_file: str | None = None
+    valid_src_file: str | None = None  # with valid_tgt_file: the valid split, from any data
+    valid_tgt_file: str | None = None
     vocab_size: int = 1000
     tokenizer_kind: str = "bpe"
     max_tokens: int = 2048
@@ -85,6 +90,15 @@ class TrainConfig:
     ss_tau: float = 1.0
 
     def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                option = "epochs" if field.name == "max_epochs" else field.name.replace("_", "-")
+                raise TformerError(f"--{option} must be a finite number, not {value}")
+        for src, tgt in (("src_file", "tgt_file"), ("valid_src_file", "valid_tgt_file")):
+            if (getattr(self, src) is None) != (getattr(self, tgt) is None):
+                options = f"--{src.replace('_', '-')} and --{tgt.replace('_', '-')}"
+                raise TformerError(f"{options} go together: give both")
         positive = ("max_tokens", "max_len", "warmup", "accum", "valid_every", "vocab_size")
         for name in positive:
             if getattr(self, name) < 1:
@@ -130,6 +144,9 @@ class DecodeConfig:
     min_len: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("alpha", "max_len_a"):
+            if not math.isfinite(getattr(self, name)):
+                raise TformerError(f"{name} must be a finite number, not {getattr(self, name)}")
         if self.beam < 1 or self.nbest < 1:
             raise TformerError("beam and nbest must be at least 1")
         if min(self.alpha, self.max_len_a, self.max_len_b, self.min_len) < 0:

@@ -4,6 +4,9 @@ fingerprints."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -150,6 +153,61 @@ def test_only_one_of_src_file_and_tgt_file_is_an_error(tmp_path: Path) -> None:
     assert "--tgt-file" in error_of(src_file=tmp_path / "corpus.de")
 
 
+def test_valid_files_give_the_valid_split_and_only_test_is_carved(tmp_path: Path) -> None:
+    write_plain(tmp_path / "a", "corpus", numbered(50))
+    write_plain(tmp_path / "b", "newsdev", PAIRS["valid"])
+    ds = load_corpus(
+        src_file=tmp_path / "a" / "corpus.de",
+        tgt_file=tmp_path / "a" / "corpus.en",
+        valid_src_file=tmp_path / "b" / "newsdev.de",
+        valid_tgt_file=tmp_path / "b" / "newsdev.en",
+    )
+    assert pairs_of(ds, "valid") == PAIRS["valid"]
+    assert [ds[s].num_rows for s in ds] == [45, 1, 5]
+    assert sorted(pairs_of(ds, "train") + pairs_of(ds, "test")) == sorted(numbered(50))
+
+
+def test_valid_files_replace_the_valid_split_of_any_source(tmp_path: Path) -> None:
+    for split, pairs in PAIRS.items():
+        write_tsv(tmp_path / f"{split}.tsv", pairs)
+    write_plain(tmp_path / "dev", "dev", [("neu", "new")])
+    dev = tmp_path / "dev"
+    ds = load_corpus(str(tmp_path), valid_src_file=dev / "dev.de", valid_tgt_file=dev / "dev.en")
+    assert {split: pairs_of(ds, split) for split in ds} == {**PAIRS, "valid": [("neu", "new")]}
+
+
+def test_one_valid_file_without_the_other_is_an_error(tmp_path: Path) -> None:
+    write_plain(tmp_path, "dev", PAIRS["valid"])
+    assert "--valid-src-file/--valid-tgt-file" in error_of(valid_tgt_file=tmp_path / "dev.en")
+
+
+def test_valid_files_with_mismatched_line_counts_name_both_files(tmp_path: Path) -> None:
+    write(tmp_path / "dev.de", "a\nb\n")
+    write(tmp_path / "dev.en", "a\n")
+    message = error_of(valid_src_file=tmp_path / "dev.de", valid_tgt_file=tmp_path / "dev.en")
+    assert message == f"{tmp_path / 'dev.de'} has 2 lines but {tmp_path / 'dev.en'} has 1"
+
+
+def test_files_data_without_the_files_is_an_error() -> None:
+    assert "--src-file/--tgt-file" in error_of(corpus.FILES)
+
+
+def test_kept_data_makes_files_absolute_and_names_the_data_files(tmp_path, monkeypatch) -> None:
+    from tformer_cli.config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    write_plain(tmp_path / "wmt", "train", numbered(5))
+    files = {"src_file": "wmt/train.de", "tgt_file": "wmt/train.en"}
+    kept = corpus.kept_data(TrainConfig(data="toy", **files))
+    assert (kept.data, kept.src_file, kept.tgt_file) == (
+        "files",
+        str(tmp_path / "wmt" / "train.de"),
+        str(tmp_path / "wmt" / "train.en"),
+    )
+    with pytest.raises(TformerError, match=r"^wmt/train\.fr: no such file$"):
+        corpus.kept_data(TrainConfig(src_file="wmt/train.fr", tgt_file="wmt/train.en"))
+
+
 def test_folder_with_train_only_carves_valid_and_test(tmp_path: Path) -> None:
     write_tsv(tmp_path / "train.tsv", numbered(100))
     ds = load_corpus(str(tmp_path), carve_size=7)
@@ -257,6 +315,61 @@ def test_hf_empty_target_names_split_and_row(tmp_path: Path, hf_cache: None) -> 
 def test_hf_unloadable_dataset_is_a_one_line_error(tmp_path: Path, hf_cache: None) -> None:
     message = error_of(f"hf:{tmp_path / 'missing'}")
     assert message.startswith(f"cannot load Hugging Face dataset '{tmp_path / 'missing'}': ")
+
+
+def test_hf_local_folder_loads_without_asking_the_hub(
+    tmp_path: Path, hf_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a local folder must not probe the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "get_session", no_network)
+    folder = tmp_path / "mine"
+    write_jsonl(folder / "train.jsonl", [{"src": s, "tgt": t} for s, t in numbered(20)])
+    assert load_corpus(f"hf:{folder}")["train"].num_rows == 16  # 2 + 2 carved
+
+
+def closed_port() -> int:
+    """A local TCP port that nothing listens on (bound, noted, closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+LOAD_HF = """
+import sys, time
+from tformer_cli.data.corpus import load_corpus
+from tformer_cli.errors import TformerError
+start = time.perf_counter()
+try:
+    load_corpus("hf:someone/some-corpus:de-en")
+except TformerError as e:
+    print(f"{time.perf_counter() - start:.2f}", e)
+"""
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_hf_hub_dataset_without_network_fails_fast_and_quietly(
+    tmp_path: Path, offline: bool
+) -> None:
+    """`load_dataset` alone retries five times over ~25 s, printing a warning each time. With
+    HF_ENDPOINT on a closed port: one line naming the endpoint in a few seconds, no warning.
+    Offline mode (HF_HUB_OFFLINE=1) skips the probe: `load_dataset` reads its cache at once."""
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None)
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_HF], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    seconds, message = result.stdout.strip().split(" ", 1)
+    assert float(seconds) < 5 and "\n" not in message
+    assert message.startswith("cannot load Hugging Face dataset 'someone/some-corpus:de-en': ")
+    assert (f"{endpoint} cannot be reached" in message) != offline
 
 
 # --- carving ---------------------------------------------------------------------------------

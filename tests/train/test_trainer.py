@@ -365,14 +365,13 @@ def test_resume_drops_log_records_past_the_saved_step(
 def test_resume_on_another_device_continues_with_a_note(
     tmp_path, tiny_corpus, single_thread_trainer
 ):
-    """A last.pt saved on CUDA holds a CUDA generator state, which a CPU generator cannot take
-    (it crashed, even with scheduled sampling off): resume re-seeds and says so."""
+    """last.pt holds no generator state (each micro-batch seeds its own), so a run saved on
+    CUDA resumes on CPU; it says that the kernels differ."""
     run(tmp_path / "run", tiny_corpus, max_steps=4, valid_every=100)
     path = tmp_path / "run" / "last.pt"
     last = load_state(path)
-    last["rng"]["device"] = "cuda"
-    last["rng"]["ss"] = torch.zeros(16, dtype=torch.uint8)  # no CPU generator state
-    torch.save(last, path)
+    assert "rng" not in last
+    torch.save({**last, "device": "cuda"}, path)
     console = quiet_console()
     cfg = train_cfg(tiny_corpus, max_steps=8, valid_every=100)
     trainer = Trainer(tmp_path / "run", MODEL, cfg, resume=True, console=console)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,29 +23,32 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
 
 @dataclass
 class Batch:
-    """A teacher-forcing batch: src (B, S); decoder input ``<s> y`` and output ``y </s>`` (B, T)."""
+    """A teacher-forcing batch: src (B, S); decoder input ``<s> y`` and output ``y </s>`` (B, T);
+    ``real`` (N,): the flat indices of the N real (non-pad) target positions, found on the host
+    when the batch is made, so the device never has to report how many there are."""
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
+    real: Tensor
 
     @property
     def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
+        return self.real.numel()
 
     def to(self, device: torch.device) -> Batch:
         nb = device.type == "cuda"
-        return Batch(
-            *(t.to(device, non_blocking=nb) for t in (self.src, self.tgt_in, self.tgt_out))
-        )
+        return Batch(*(t.to(device, non_blocking=nb) for t in dataclasses.astuple(self)))
 
 
 def make_batch(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]]) -> Batch:
     """Add ``</s>`` to sources, ``<s>``/``</s>`` to targets, and pad."""
+    tgt_out = pad([[*t, EOS_ID] for t in tgt])  # (B, T)
     return Batch(
         src=pad([[*s, EOS_ID] for s in src]),
         tgt_in=pad([[BOS_ID, *t] for t in tgt]),
-        tgt_out=pad([[*t, EOS_ID] for t in tgt]),
+        tgt_out=tgt_out,
+        real=(tgt_out != PAD_ID).flatten().nonzero().squeeze(1),  # (N,)
     )
 
 

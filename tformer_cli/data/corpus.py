@@ -7,7 +7,10 @@ Sources (`load_corpus(data=...)`):
   `src_lang`/`tgt_lang`). The valid split may also be named `validation`, `val` or `dev`; the test
   split is `test`, else the alphabetically first name starting with `test` (e.g. `test2016`).
 - a single `.tsv` or `.jsonl` file: the train split.
-- `src_file`/`tgt_file`: two plain parallel files, the train split (they take precedence).
+- `src_file`/`tgt_file`: two plain parallel files anywhere, the train split (they take
+  precedence; a run trained on them keeps `data="files"`, `FILES`).
+- `valid_src_file`/`valid_tgt_file`, with any of the above: two plain parallel files, the valid
+  split (in place of the source's own).
 - `"hf:NAME[:CONFIG]"`: `datasets.load_dataset(NAME, CONFIG)`, with a `translation` column, or
   `src`/`tgt` columns, or columns named by the language codes.
 
@@ -17,6 +20,7 @@ problem is a one-line `TformerError` naming the file and 1-based line: nothing i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,6 +34,7 @@ import datasets
 from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
+from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
 
 SPLITS = ("train", "valid", "test")
@@ -41,13 +46,19 @@ _FEATURES = Features({"src": Value("string"), "tgt": Value("string")})
 Pairs = tuple[list[str], list[str]]  # (sources, targets), aligned by index
 
 
+FILES = "files"  # the `data` of a run trained on --src-file/--tgt-file
+PARALLEL_FILES = ("src_file", "tgt_file", "valid_src_file", "valid_tgt_file")  # TrainConfig's
+
+
 def load_corpus(
     data: str | Path = "toy",
     *,
     src_lang: str | None = None,
     tgt_lang: str | None = None,
-    src_file: Path | None = None,
-    tgt_file: Path | None = None,
+    src_file: str | Path | None = None,
+    tgt_file: str | Path | None = None,
+    valid_src_file: str | Path | None = None,
+    valid_tgt_file: str | Path | None = None,
     seed: int = 1234,
     carve_size: int = 1000,
     carve: bool = True,
@@ -55,14 +66,19 @@ def load_corpus(
     """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
     ``carve=False``: only the splits the source holds, none carved out of train."""
     if src_file is not None or tgt_file is not None:
-        if src_file is None or tgt_file is None:
-            raise TformerError("give both a source file and a target file (--src-file/--tgt-file)")
-        splits = {"train": _read_plain(Path(src_file), Path(tgt_file))}
+        splits = {"train": _read_file_pair(src_file, tgt_file, "--src-file/--tgt-file")}
+    elif str(data) == FILES:
+        raise TformerError(
+            f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
+        )
     elif str(data).startswith("hf:"):
         splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
     else:
         path = toy_corpus_dir() if str(data) == "toy" else Path(data)
         splits = _load_path(path, src_lang, tgt_lang)
+    if valid_src_file is not None or valid_tgt_file is not None:
+        options = "--valid-src-file/--valid-tgt-file"
+        splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
     carved = {name for name in SPLITS if name not in splits} if carve else set()
     if carve:
         splits = _carve(splits, seed, carve_size)
@@ -88,6 +104,24 @@ def absolute_data(data: str) -> str:
     if data == "toy" or not path or not Path(path).exists():
         return data
     return f"{prefix}{Path(path).resolve()}{sep}{config}"
+
+
+def kept_data(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with its data as a run keeps them: local paths absolute (``absolute_data``,
+    ``absolute_file``), and ``data`` = ``FILES`` when the train split is --src-file/--tgt-file."""
+    files = {name: absolute_file(getattr(cfg, name)) for name in PARALLEL_FILES}
+    data = FILES if cfg.src_file is not None else absolute_data(cfg.data)
+    return dataclasses.replace(cfg, data=data, **files)
+
+
+def absolute_file(path: str | Path | None) -> str | None:
+    """A parallel file as a run keeps it: absolute, so that eval and --resume find it from any
+    folder. A missing file is an error now, before anything is set up."""
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise TformerError(f"{path}: no such file")
+    return str(Path(path).resolve())
 
 
 def toy_corpus_dir() -> Path:
@@ -170,6 +204,12 @@ def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
         _check_text(s, f"{src_path}:{i}", "source")
         _check_text(t, f"{tgt_path}:{i}", "target")
     return src, tgt
+
+
+def _read_file_pair(src: str | Path | None, tgt: str | Path | None, options: str) -> Pairs:
+    if src is None or tgt is None:
+        raise TformerError(f"give both a source file and a target file ({options})")
+    return _read_plain(Path(src), Path(tgt))
 
 
 def _read_tsv(path: Path) -> Pairs:
@@ -265,6 +305,8 @@ def _load_hf(spec: str, src_lang: str | None, tgt_lang: str | None) -> dict[str,
     name, _, config = spec.partition(":")
     if not name:
         raise TformerError("hf: needs a dataset name, e.g. hf:wmt16:de-en")
+    if not Path(name).exists():  # a dataset on the Hub, not a local folder
+        _check_hub_reachable(spec)
     try:
         raw = datasets.load_dataset(name, config or None)
     except Exception as e:  # hub, network, file and format errors all surface here
@@ -285,6 +327,28 @@ def _load_hf(spec: str, src_lang: str | None, tgt_lang: str | None) -> dict[str,
             _check_text(t, f"hf:{spec} {hf_split} row {i}", "target")
         splits[split] = (src, tgt)
     return splits
+
+
+HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
+
+
+def _check_hub_reachable(spec: str) -> None:
+    """Fail at once, in one line, when the Hub does not answer: `load_dataset` would retry five
+    times over ~25 s, logging a warning each time, before failing. One HEAD request to the
+    endpoint (`HF_ENDPOINT`), through the Hub's own HTTP client (so its proxy settings apply);
+    none in offline mode (`HF_HUB_OFFLINE=1`), where `load_dataset` reads its cache."""
+    from huggingface_hub import constants, get_session
+
+    if datasets.config.HF_HUB_OFFLINE:
+        return
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT)
+    except Exception as e:  # refused, unresolvable, timed out, proxy or TLS failure
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TformerError(
+            f"cannot load Hugging Face dataset '{spec}': {constants.ENDPOINT} cannot be reached"
+            f" ({reason}); check the network, or set HF_HUB_OFFLINE=1 to use a cached copy"
+        ) from None
 
 
 def _hf_columns(

@@ -88,7 +88,8 @@ class Transformer(nn.Module):
         at: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits for each position of the decoder input y (B, T): (B, T, V), or
-        (N, V) for the N positions where ``at`` (B, T) is True (training skips the padding).
+        (N, V) at N positions only (training skips the padding): ``at`` is a (B, T) mask, or
+        (N,) indices into the flattened B*T positions (no device-to-host sync on a GPU).
 
         Without a cache, y is the whole prefix ``<s> y_1 .. y_{T-1}`` and ``memory``/``src_mask``
         come from ``encode``. With a cache, y holds the next tokens at positions
@@ -112,11 +113,13 @@ class Transformer(nn.Module):
                 x = layer(x, tgt_mask, cross_kv, cache.src_mask, self_kv, start, causal)
             cache.length += T
         x = self.decoder_norm(x)
-        return self.generator(x if at is None else x[at])  # (B, T, d) -> (B, T, V) or (N, V)
+        if at is not None:
+            x = x[at] if at.dtype == torch.bool else x.flatten(0, 1).index_select(0, at)  # (N, d)
+        return self.generator(x)  # (B, T, d) -> (B, T, V), or (N, d) -> (N, V)
 
     def forward(self, src: Tensor, y: Tensor, at: Tensor | None = None) -> Tensor:
         """Teacher forcing: logits (B, T, V) for decoder input y (B, T) given src (B, S);
-        (N, V) at the positions where ``at`` (B, T) is True."""
+        (N, V) at the positions ``at`` picks (see ``decode``)."""
         memory, src_mask = self.encode(src)
         return self.decode(y, memory, src_mask, at=at)
 

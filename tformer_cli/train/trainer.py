@@ -3,13 +3,17 @@ periodic validation (loss, perplexity, greedy BLEU), best/last checkpoints, resu
 
 Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
 minutes, atomically, so a kill at any moment loses at most the work since the last save, and
-``--resume`` replays the lost updates bit for bit on CPU (same batches, same random numbers).
-An update whose loss or gradient is not finite is skipped, so no NaN ever reaches the weights.
+``--resume`` replays the lost updates bit for bit on CPU: the batches are a function of (seed,
+epoch) and the random numbers of each micro-batch (dropout, scheduled sampling) of (seed, update,
+micro-batch), so no generator state has to be saved, and the same holds under DDP with any
+number of processes. An update whose loss or gradient is not finite is skipped, so no NaN ever
+reaches the weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -21,13 +25,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from rich.console import Console
+from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.checkpoint import (
     CHECKPOINTS,
@@ -43,13 +49,21 @@ from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch, make_batch, padding_waste, token_batches
 from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
-from tformer_cli.data.tokenizer import PAD_ID, decode, load_tokenizer
+from tformer_cli.data.tokenizer import decode, load_tokenizer
 from tformer_cli.decode.search import translate_ids
-from tformer_cli.device import autocast, resolve_device, resolve_precision, setup_threads
+from tformer_cli.device import (
+    autocast,
+    oom_hint,
+    precision_name,
+    resolve_device,
+    resolve_precision,
+    setup_threads,
+)
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
+from tformer_cli.train.distributed import ONE_PROCESS, World, agree, barrier, init_world
 from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.scheduled_sampling import (
     check_schedule,
@@ -103,38 +117,52 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def train_step(
-    model: Transformer,
+    model: Transformer | DistributedDataParallel,
     optimizer: torch.optim.Optimizer,
     batches: list[Batch],
     decoder_inputs: list[torch.Tensor],
-    n_tokens: int,
+    loss_scale: float,
     cfg: TrainConfig,
     device: torch.device,
     dtype: torch.dtype | None,
+    seeds: list[int] | None = None,
+    world: World = ONE_PROCESS,
 ) -> tuple[torch.Tensor, bool]:
-    """One update: forward (autocast), label-smoothed loss per target token of all ``n_tokens``,
-    backward over the accumulated batches, clipping, AdamW.
+    """One update: forward (autocast), label-smoothed loss summed over the accumulated batches
+    times ``loss_scale``, backward, clipping, AdamW.
 
-    Returns (mean loss per target token, a 0-dim tensor on the device; whether the update was
-    made). An update whose loss or gradient norm is not finite is skipped: the check is one
-    ``isfinite`` of the norm that clipping computes anyway, the update's one host sync.
+    ``loss_scale`` is 1 / (target tokens of the whole update) in one process. Under DDP,
+    ``batches`` are this rank's share and DDP averages the gradients over the N ranks, so the
+    scale is N / tokens, which makes the result the gradient of the global mean (0 for a rank
+    whose share is empty: it still joins the all-reduce). ``seeds[i]`` seeds micro-batch i's
+    random numbers. Returns (the update's mean loss per target token from this rank, a 0-dim
+    tensor on the device; whether the update was made): an update whose loss or gradient norm
+    is not finite is skipped, found by one ``isfinite`` of the norm that clipping computes
+    anyway (the update's one host sync; under DDP one tiny all-reduce more, so that every
+    rank decides alike).
     """
     model.train()
     total = torch.zeros((), device=device)
-    for b, y in zip(batches, decoder_inputs, strict=True):
-        real = b.tgt_out != PAD_ID  # (B, T): the output layer runs on real positions only
-        with autocast(device, dtype):
-            logits = model(b.src, y, at=real)  # (N, V)
-        loss = label_smoothed_loss(logits, b.tgt_out[real], cfg.label_smoothing) / n_tokens
-        loss.backward()
-        total += loss.detach()
+    for i, (b, y) in enumerate(zip(batches, decoder_inputs, strict=True)):
+        if seeds is not None:
+            torch.manual_seed(seeds[i])
+        accumulate = world.size > 1 and i < len(batches) - 1  # all-reduce after the last only
+        with model.no_sync() if accumulate else nullcontext():  # type: ignore[union-attr]
+            with autocast(device, dtype):  # the output layer runs on real positions only
+                logits = model(b.src, y, at=b.real)  # (N, V)
+            target = b.tgt_out.flatten().index_select(0, b.real)  # (N,)
+            loss = label_smoothed_loss(logits, target, cfg.label_smoothing) * loss_scale
+            loss.backward()
+        total += loss.detach() / world.size
     max_norm = cfg.clip_norm if cfg.clip_norm > 0 else math.inf  # inf: measure, never clip
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    finite = bool(torch.isfinite(total + grad_norm))
-    if finite:
+    made = bool(torch.isfinite(total + grad_norm))
+    if world.size > 1:  # a NaN on one rank: every rank skips
+        made = not agree(world, [not made], device)[0]
+    if made:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return total, finite
+    return total, made
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -156,7 +184,11 @@ def prepare(
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
     """
-    corpus = load_corpus(cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, seed=cfg.seed)
+    corpus = load_corpus(
+        cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
+        tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
+        valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
+    )  # fmt: skip
     cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
     tok_path = run_dir / "tokenizer.json"
     if resume:
@@ -245,7 +277,7 @@ class Trainer:
         resume: bool,
         console: Console,
     ) -> None:
-        self.run_dir, self.cfg, self.console = run_dir, cfg, console
+        self.run_dir, self.cfg = run_dir, cfg
         setup_threads()
         torch.manual_seed(cfg.seed)
         if resume:
@@ -257,24 +289,50 @@ class Trainer:
                 f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions}"
                 " positions"
             )
-        self.device = resolve_device(cfg.device)
+        device = resolve_device(cfg.device)
+        self.world = init_world(device.type)
+        w = self.world
+        if w.size > 1 and device.type == "cuda":
+            device = torch.device("cuda", w.local_rank)
+            torch.cuda.set_device(device)
+        elif w.size > 1:  # N processes share the cores
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", w.size))
+            torch.set_num_threads(max(1, torch.get_num_threads() // local))
+        self.device = device
+        self.console = console if w.main else Console(quiet=True)
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
-        self.tokenizer, self.data = prepare(run_dir, cfg, console, resume, model_cfg.max_positions)
+        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
+        if w.main:  # rank 0 builds the tokenizer and the data cache; the others read them
+            self.tokenizer, self.data = prepare(
+                run_dir, cfg, console, resume, model_cfg.max_positions
+            )
+        barrier(w)
+        if not w.main:
+            self.tokenizer, self.data = prepare(
+                run_dir, cfg, self.console, True, model_cfg.max_positions
+            )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
-        RunConfig(model_cfg, cfg).save(run_dir)
         self.model = Transformer(model_cfg).to(self.device)
         self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainState()
-        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         # scheduled sampling's own random numbers, drawn on the device the batches live on
-        self.ss_generator = torch.Generator(self.device).manual_seed(cfg.seed + 1)
+        self.ss_generator = torch.Generator(self.device)
         if resume and (run_dir / "last.pt").exists():
             self._load_last()
         elif resume:
-            console.log(f"{run_dir} has no last.pt (stopped before its first save): starting"
-                        " from step 0 with its saved settings")  # fmt: skip
-        if resume:
-            self._forget_after(self.state.step)
+            self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
+                             " starting from step 0 with its saved settings")  # fmt: skip
+        if w.main:
+            RunConfig(model_cfg, cfg).save(run_dir)
+            if resume:
+                self._forget_after(self.state.step)
+        self.ddp = (
+            DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.index is not None else None
+            )
+            if w.size > 1
+            else None
+        )
         self.last_save = time.perf_counter()
         self.lengths = [
             max(len(s), len(t)) + 1
@@ -283,16 +341,15 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def _save_last(self) -> None:
-        """Write ``last.pt`` atomically: weights, optimizer, progress and every random state."""
-        rng = {"torch": torch.get_rng_state(), "ss": self.ss_generator.get_state(),
-               "device": self.device.type}  # fmt: skip
-        if self.device.type == "cuda":  # dropout draws from the device's own generator
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        """Write ``last.pt`` atomically (rank 0): weights, optimizer and progress. No random
+        state: each micro-batch seeds its own (``micro_seeds``)."""
+        if not self.world.main:
+            return
         payload = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "state": dataclasses.asdict(self.state),
-            "rng": rng,
+            "device": self.device.type,
         }
 
         def write(tmp: Path) -> None:
@@ -307,17 +364,10 @@ class Trainer:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = TrainState(**ckpt["state"])
-        rng = ckpt["rng"]
-        torch.set_rng_state(rng["torch"])
-        saved_on = rng.get("device", "cpu")
-        if saved_on == self.device.type:
-            self.ss_generator.set_state(rng["ss"])
-            if "cuda" in rng:
-                torch.cuda.set_rng_state(rng["cuda"], self.device)
-        else:  # another device's generator states do not transfer: continue, not bit for bit
-            self.ss_generator.manual_seed(self.cfg.seed + 1 + self.state.step)
+        saved_on = ckpt.get("device", self.device.type)
+        if saved_on != self.device.type:  # other kernels, other random number generators
             self.console.log(f"note: saved on {saved_on}, resumed on {self.device.type}: training"
-                             " continues, but not bit for bit (other random numbers)")  # fmt: skip
+                             " continues, but not bit for bit")  # fmt: skip
         self.console.log(
             f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
         )
@@ -362,13 +412,33 @@ class Trainer:
             group["lr"] = lr
         tgt = self.data["train"].tgt
         n_tokens = sum(len(tgt[i]) + 1 for idx in batches for i in idx)  # + </s>; no sync
-        parts = [self._batch(idx) for idx in batches]
-        inputs = [self._decoder_input(b) for b in parts]
+        w = self.world
+        mine, seeds = w.shard(batches), w.shard(self.micro_seeds(len(batches)))
+        scale = w.size / n_tokens
+        if not mine:  # the tail of an epoch left this rank nothing: a weightless pass
+            mine, seeds, scale = batches[:1], seeds[:1] or [0], 0.0
+        parts = [self._batch(idx) for idx in mine]
+        inputs = []
+        for b, seed in zip(parts, seeds, strict=True):
+            self.ss_generator.manual_seed(seed)
+            inputs.append(self._decoder_input(b))
         loss, made = train_step(
-            self.model, self.optimizer, parts, inputs, n_tokens, self.cfg, self.device, self.dtype
-        )
+            self.ddp or self.model, self.optimizer, parts, inputs, scale, self.cfg,
+            self.device, self.dtype, seeds, w,
+        )  # fmt: skip
         self.state.step += made
         return loss, n_tokens, made
+
+    def micro_seeds(self, n: int) -> list[int]:
+        """The seeds of the update's ``n`` micro-batches: a function of (seed, update, index)
+        alone, whichever process takes the micro-batch and whether or not the run resumed."""
+        return [
+            int.from_bytes(
+                hashlib.blake2b(f"{self.cfg.seed}:{self.state.step}:{i}".encode(), digest_size=8)
+                .digest()[:7], "little",
+            )
+            for i in range(n)
+        ]  # fmt: skip
 
     def eps(self, i: int) -> float:
         """Teacher-forcing probability eps_i of scheduled sampling at update i (from 0)."""
@@ -476,11 +546,26 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
     def _log(self, record: dict[str, Any]) -> None:
-        """Append ``record`` to log.jsonl with the step and the epoch (1-based) it belongs to."""
+        """Append ``record`` to log.jsonl (rank 0) with the step and the epoch (1-based) it
+        belongs to."""
+        if not self.world.main:
+            return
         s = self.state
         epoch = s.epoch if s.batch_in_epoch == 0 and s.step else s.epoch + 1  # one just ended?
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": s.step, "epoch": epoch, **record}) + "\n")
+
+    def _agree_stop(self, interrupted: list[bool]) -> str | None:
+        """Whether to stop after this update, decided once for every rank: rank 0's stopping
+        rules (its clock, its validations) or a Ctrl-C on any rank."""
+        w = self.world
+        reason = "interrupted (Ctrl-C)" if interrupted[0] else None
+        if w.main:
+            reason = reason or self._stop_reason()
+        if w.size > 1 and agree(w, [reason is not None], self.device)[0] and reason is None:
+            interrupted[0] = w.main  # only a Ctrl-C elsewhere stops rank 0 without a reason
+            reason = "interrupted (Ctrl-C)" if w.main else "stopped with rank 0"
+        return reason
 
     def _stop_reason(self) -> str | None:
         cfg, s = self.cfg, self.state
@@ -502,7 +587,8 @@ class Trainer:
         size = f"<= {cfg.max_tokens}" if longest <= cfg.max_tokens else f"<= {longest} (one pair)"
         self.console.log(
             f"model {n_params / 1e6:.2f}M parameters on {self.device.type}"
-            f" ({'fp32' if self.dtype is None else 'bf16 autocast'});"
+            f"{f' x {self.world.size} processes (DDP)' if self.world.size > 1 else ''}"
+            f" ({precision_name(self.device, self.dtype)});"
             f" {len(self.lengths)} training pairs,"
             f" {len(first)} batches/epoch of {size} tokens"
             f" ({padding_waste(first, self.lengths):.0%} padding)"
@@ -510,16 +596,17 @@ class Trainer:
         total = cfg.max_steps or (
             cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
         )
-        progress = make_progress("train", self.console, disable=quiet)
-        stopped_by = self._stop_reason()  # a resumed run may already be past its limits
+        w, per_update = self.world, max(cfg.accum, self.world.size)
+        progress = make_progress("train", self.console, disable=quiet or not w.main)
         rate_tokens, rate_start = 0, time.perf_counter()
-        with stop_on_interrupt() as interrupted, progress:
+        with stop_on_interrupt() as interrupted, progress, oom_hint(cfg.max_tokens):
+            stopped_by = self._agree_stop(interrupted)  # a resumed run may be past its limits
             task = progress.add_task("train", total=total, completed=s.step, info="")
             while stopped_by is None:
                 batches = self._epoch_batches(s.epoch)
                 while s.batch_in_epoch < len(batches) and stopped_by is None:
                     t0 = time.perf_counter()
-                    group = batches[s.batch_in_epoch : s.batch_in_epoch + cfg.accum]
+                    group = batches[s.batch_in_epoch : s.batch_in_epoch + per_update]
                     loss, n_tokens, made = self._step(group)
                     s.batch_in_epoch += len(group)
                     s.elapsed += time.perf_counter() - t0
@@ -534,6 +621,8 @@ class Trainer:
                             now = time.perf_counter()
                             tps = rate_tokens / (now - rate_start)
                             rate_tokens, rate_start = 0, now
+                            if w.size > 1:  # each rank holds its share of the mean
+                                dist.all_reduce(loss)
                             lr, mean_loss = lr_at(s.step, cfg), loss.item()
                             info = f"loss {mean_loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
                             progress.update(task, info=info)
@@ -543,18 +632,20 @@ class Trainer:
                             self._log({**record, "elapsed": s.elapsed})
                         progress.update(task, completed=s.step)
                         t0 = time.perf_counter()
-                        if s.step % cfg.valid_every == 0:
+                        if s.step % cfg.valid_every == 0 and w.main:
                             self._validate_and_report()
                         elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
                             self._save_last()
                         s.elapsed += time.perf_counter() - t0
                         rate_start += time.perf_counter() - t0
-                    stopped_by = "interrupted (Ctrl-C)" if interrupted[0] else self._stop_reason()
+                    stopped_by = self._agree_stop(interrupted)
                 if s.batch_in_epoch >= len(batches):
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
-                    stopped_by = stopped_by or self._stop_reason()
+                    stopped_by = stopped_by or self._agree_stop(interrupted)
             if not interrupted[0]:
                 progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
+        if not w.main:  # rank 0 alone validates, saves and reports
+            return TrainResult(self.run_dir, s, None, stopped_by or "", interrupted[0])
         if s.step % cfg.valid_every and not interrupted[0]:
             self._validate_and_report()  # score the final weights too: the best is really the best
         else:

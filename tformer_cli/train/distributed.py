@@ -1,0 +1,104 @@
+"""Data parallelism on PyTorch's own engine: ``torchrun`` starts one process per device, each
+trains a DistributedDataParallel copy of the model on its share of every update's batches, and
+DDP all-reduces the gradients. Nothing here averages gradients by hand.
+
+An update takes ``max(accum, N)`` consecutive token-budget batches of the epoch (the same list on
+every rank: a function of the seed and the epoch), and rank r takes batches r, r+N, r+2N, ... of
+them. So with ``accum`` a multiple of N the global batch is what one process with ``--accum``
+would take, whatever N is; with ``accum < N`` an update is N batches, one per rank. The learning
+rate is per update, so it needs no change with N.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from tformer_cli.errors import TformerError
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the ``size`` training processes (1: plain training)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 alone logs, validates and writes the run folder."""
+        return self.rank == 0
+
+    def shard(self, group: list[list[int]]) -> list[list[int]]:
+        """This rank's batches of one update: every ``size``-th batch from its rank on."""
+        return group[self.rank :: self.size]
+
+
+ONE_PROCESS = World()
+
+
+def init_world(device_type: str) -> World:
+    """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE``,
+    ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``): NCCL on CUDA, gloo on CPU."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return ONE_PROCESS
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(minutes=30))
+    return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def leave_world(world: World) -> None:
+    if world.size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(world: World) -> None:
+    if world.size > 1:
+        dist.barrier()
+
+
+def agree(world: World, flags: list[bool], device: torch.device) -> list[bool]:
+    """Each flag true on any rank is true on all: stop decisions taken once, so that no rank
+    waits for another that left the loop (one tiny all-reduce)."""
+    if world.size == 1:
+        return flags
+    t = torch.tensor(flags, dtype=torch.int32, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [bool(x) for x in t.tolist()]
+
+
+LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint")
+
+
+def launch(nproc: int, args: list[str], nnodes: str = "1", rdzv_endpoint: str | None = None) -> int:
+    """``tformer train --nproc N ...``: run the same train command (``args``, its options) under
+    ``torchrun`` and return its exit code; ``--nnodes`` and ``--rdzv-endpoint`` go to torchrun,
+    so several machines work as torchrun documents."""
+    kept, skip = [], False
+    for a in args:  # the launcher's options stay here (torchrun would also take --nproc)
+        if not skip and a.split("=", 1)[0] not in LAUNCH_OPTIONS:
+            kept.append(a)
+        skip = a in LAUNCH_OPTIONS
+    if nnodes != "1" and rdzv_endpoint is None:
+        raise TformerError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT")
+    # torchrun of this interpreter (a `torchrun` on PATH may belong to another Python)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               "--nnodes", nnodes]  # fmt: skip
+    if rdzv_endpoint:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint]
+    else:
+        command += ["--standalone"]
+    command += ["-m", "tformer_cli", "train", *kept]
+    try:
+        return subprocess.call(command)
+    except OSError as e:
+        raise TformerError(f"cannot start torchrun: {e.strerror or e}") from None
