@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import platform
 import random
 import statistics
 import tempfile
@@ -39,7 +38,7 @@ from tformer_cli.config import DecodeConfig, ModelConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tformer_cli.decode.search import search
-from tformer_cli.device import setup_threads
+from tformer_cli.device import cpu_model, setup_threads
 from tformer_cli.model import Transformer
 
 Run = Callable[[Tensor, int, int], list[int]]  # (src (B, S), beam, length) -> generated lengths
@@ -61,17 +60,6 @@ class System:
     name: str
     run: Run
     greedy_only: bool = False  # skip beam settings (the uncached path under --quick)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def busy_cores(seconds: float = 0.5) -> float:
@@ -327,7 +315,7 @@ def main() -> None:
 
     seconds_all, busy_after = time.perf_counter() - started, busy_cores()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"# {cpu_name()}, {cores} cores, torch and CTranslate2 threads: {threads}; other jobs"
+    print(f"# {cpu_model()}, {cores} cores, torch and CTranslate2 threads: {threads}; other jobs"
           f" kept {busy_before:.2f} cores busy before, {busy_after:.2f} after;"
           f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     if threads > 1 and max(busy_before, busy_after) > 0.25:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -37,7 +36,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import Batch, make_batch
-from tformer_cli.device import autocast, cpu_has_fast_bf16, cuda_native_bf16, setup_threads
+from tformer_cli.device import (
+    autocast,
+    cpu_has_fast_bf16,
+    cpu_model,
+    cuda_native_bf16,
+    setup_threads,
+)
 from tformer_cli.model import Transformer
 from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
 from tformer_cli.train.loss import label_smoothed_loss
@@ -193,7 +198,11 @@ def main() -> None:
     precisions = ["fp32", "bf16"] if fast_bf16 else ["fp32"]
     ceilings = {p: matmul_ceiling(PRECISIONS[p] or torch.float32, device) for p in precisions}
     report = world.main
-    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    machine = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{cpu_model()} ({os.cpu_count()} cores)"
+    )
     if report:
         print(f"# {machine}, {world.size} process(es) x {torch.get_num_threads()} threads,"
               f" torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")  # fmt: skip
@@ -253,17 +262,6 @@ def main() -> None:
         args.json.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     if world.size > 1:
         dist.destroy_process_group()
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from tformer_cli.checkpoint import RunConfig, atomic_torch_save
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
+from tformer_cli.device import cpu_model
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import Transformer
 
@@ -43,18 +44,6 @@ MAX_LEN = ["--max-len-a", "0", "--max-len-b", "4"]
 # One torch thread unless told otherwise: on shared cores, two threads of small ops ran up to
 # 5x slower whenever another job was busy, which made the wall times meaningless.
 ENV = {**os.environ, "TFORMER_THREADS": os.environ.get("TFORMER_THREADS", "1")}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_run(folder: Path, sources: list[str]) -> Path:
@@ -105,7 +94,7 @@ def main() -> None:
                 rows.append(row)
 
     machine = {
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -490,3 +490,47 @@ def test_train_on_plain_parallel_files_keeps_their_absolute_paths(tmp_path, wmt_
     assert config["data"] == "files"
     assert config["src_file"] == str(wmt_files / "train.de")
     assert config["valid_tgt_file"] == str(wmt_files / "dev.en")
+
+
+def eval_json(folder, *args: str) -> dict:
+    result = invoke("eval", *args, "--beam", "1", "--device", "cpu", "--json", "e.json")
+    assert result.exit_code == 0, result.output
+    return json.loads((folder / "e.json").read_text())
+
+
+def test_eval_scores_a_files_runs_own_test_split_and_any_two_files(
+    tmp_path, wmt_files, monkeypatch
+):
+    """From another folder: the run's test split is carved again from its train files with its
+    seed; --src-file/--tgt-file score every pair of two files, in order."""
+    files = ["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en"]
+    assert invoke("train", *files, "--name", "r", *TINY_TRAIN, "--quiet").exit_code == 0
+    run_dir = tmp_path / "runs" / "r"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    own = eval_json(elsewhere, "-m", str(run_dir))
+    assert (own["source"]["data"], own["source"]["split"]) == ("files", "test")
+    assert own["sizes"]["sentences"] == 4
+    news = [wmt_files / "newstest.de", wmt_files / "newstest.en"]
+    scored = eval_json(elsewhere, "-m", str(run_dir), "--src-file", str(news[0]),
+                       "--tgt-file", str(news[1]))  # fmt: skip
+    assert scored["source"]["split"] == "all" and scored["sizes"]["sentences"] == 5
+    assert scored["source"]["data"] == f"{news[0]} + {news[1]}"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [(["--src-file", "wmt/newstest.de"], "give both a source file and a target file"),
+     (["--src-file", "wmt/newstest.de", "--tgt-file", "wmt/newstest.en", "--data", "toy"],
+      "give --data or --src-file/--tgt-file, not both"),
+     (["--src-file", "wmt/newstest.de", "--tgt-file", "wmt/dev.en"], "has 5 lines but"),
+     (["--src-file", "wmt/newstest.de", "--tgt-file", "wmt/nope.en"], "nope.en: no such file")],
+)  # fmt: skip
+def test_eval_with_bad_parallel_files_is_a_one_line_error(
+    tmp_path, make_run, wmt_files, options, message
+):
+    run_dir, _ = make_run(tmp_path / "run")
+    result = invoke("eval", "-m", str(run_dir), *options, "--device", "cpu", "--quiet")
+    assert_clean_error(result, message)
+    assert len(error_lines(result)) == 1

@@ -436,6 +436,7 @@ def translate(
         translate_texts,
         write_translations,
     )
+    from tformer_cli.device import oom_hint
 
     k = 1 if greedy else beam
     if nbest > k:
@@ -456,7 +457,7 @@ def translate(
             out.print(format_translations(result, style)[0], markup=False)
     lines, total = inputs
     few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
-    with make_progress("translate", err, disable=quiet or few) as progress:
+    with make_progress("translate", err, disable=quiet or few) as progress, oom_hint(max_tokens):
         task = progress.add_task("translate", total=total, info="")
         chunks = translate_chunks(
             run, lines, cfg, chunk_size, max_tokens, not no_cache, batch_size,
@@ -525,6 +526,16 @@ def evaluate(
     ] = None,
     src: Annotated[str | None, typer.Option(help="Source language. Default: the run's.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language. Default: the run's.")] = None,
+    src_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair of"
+            " the two files, in order, instead of --data."
+        ),
+    ] = None,
+    tgt_file: Annotated[
+        Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
+    ] = None,
     split: Annotated[
         str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
     ] = "test",
@@ -563,15 +574,135 @@ def evaluate(
     error accumulation when the model reads its own mistakes, accuracy under prefix noise, and
     quality decay with length. Metrics with no defined value print n/a.
     """
+    from tformer_cli.device import oom_hint
     from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
 
     search = DecodeConfig(beam=beam, alpha=alpha)
-    report = evaluate_run(
-        model, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
-        cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
-        json_path=json_out, hyp_path=hyp, threads=threads, console=err, quiet=quiet,
-    )  # fmt: skip
+    with oom_hint():
+        report = evaluate_run(
+            model, data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file,
+            split=split, limit=limit,
+            cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
+            json_path=json_out, hyp_path=hyp, threads=threads, console=err, quiet=quiet,
+        )  # fmt: skip
     out.print(render_report(report))
+
+
+# ---------------------------------------------------------------------------- runs, show, compare
+@app.command("runs")
+@friendly_errors
+def runs_command(
+    folder: Annotated[
+        Path | None,
+        typer.Argument(help="Folder holding the runs. Default: runs/.", show_default=False),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print every row as JSON instead of the table.")
+    ] = False,
+) -> None:
+    """List the runs, newest first: data, model size, precision, updates, BLEU and state.
+
+    The state is finished, interrupted (continue it with tformer train --resume RUN), running
+    (a live training process holds the run's lock) or broken (with the reason). Test BLEU comes
+    from tformer eval's stored result for the current model.pt, else from the end of training.
+    """
+    from tformer_cli.report.runs import show_runs
+
+    show_runs(folder, out, as_json=json_out)
+
+
+@app.command("show")
+@friendly_errors
+def show_command(
+    run: Annotated[Path, typer.Argument(help="Run folder, or the name of one under runs/.")],
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the curves: .svg, .html (self-contained, with the settings) or .png."
+        ),
+    ] = None,
+    x: Annotated[
+        str, typer.Option("--x", help="x axis: updates, or time (minutes of training).")
+    ] = "updates",
+) -> None:
+    """Show a run: its settings, then its training curves drawn in the terminal.
+
+    From the run's log.jsonl: train loss, valid loss, perplexity and BLEU, learning rate,
+    target tokens/s, and the teacher-forcing probability of scheduled sampling when used.
+    """
+    from tformer_cli.report.curves import show_run
+
+    show_run(run, out, save=save, x=x, err=err)
+
+
+@app.command("compare")
+@friendly_errors
+def compare_command(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Two or more run folders (or names under runs/); the first is the baseline."
+        ),
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(help="Corpus (as for train). Default: the data the runs were trained on."),
+    ] = None,
+    src: Annotated[str | None, typer.Option(help="Source language. Default: the runs'.")] = None,
+    tgt: Annotated[str | None, typer.Option(help="Target language. Default: the runs'.")] = None,
+    split: Annotated[
+        str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
+    ] = "test",
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")
+    ] = None,
+    beam: Annotated[
+        int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
+    ] = 5,
+    alpha: Annotated[
+        float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
+    ] = 0.6,
+    seed: Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")] = 1234,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the runs' curves overlaid: .svg, .html (with the tables) or .png."
+        ),
+    ] = None,
+    x: Annotated[
+        str, typer.Option("--x", help="x axis of --save: updates, or time (minutes of training).")
+    ] = "updates",
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print every number and p-value as JSON.")
+    ] = False,
+    device: Device = "auto",
+    precision: Annotated[
+        str | None,
+        typer.Option(help="fp32, bf16 or auto. Default: the precision each run was trained with."),
+    ] = None,
+    threads: Annotated[
+        int,
+        typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle."),
+    ] = 0,
+    quiet: Quiet = False,
+) -> None:
+    """Compare runs on the same test data, with significance tests.
+
+    BLEU and chrF (greedy and beam), teacher-forced metrics and the exposure-bias numbers side
+    by side with their differences to the first run; for BLEU and chrF, sacrebleu's paired
+    bootstrap resampling and paired approximate randomization give each difference a p-value.
+    A run's stored tformer eval result is reused when it is current (same model.pt bytes, data
+    and settings); otherwise the run is evaluated now and the result kept.
+    """
+    from tformer_cli.report.compare import compare_runs
+    from tformer_cli.report.evaluation import EvalConfig
+
+    compare_runs(
+        runs, out, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
+        cfg=EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed), device=device,
+        precision=precision, threads=threads, save=save, x=x, as_json=json_out, err=err,
+        quiet=quiet,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- tokenizer

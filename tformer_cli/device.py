@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import re
 import time
 from collections.abc import Iterator
@@ -222,3 +223,16 @@ def inference(device: torch.device, dtype: torch.dtype | None) -> Iterator[None]
     """No autograd, optional autocast."""
     with torch.inference_mode(), autocast(device, dtype):
         yield
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows: benchmarks print
+    it beside every number, since machines differ from run to run."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

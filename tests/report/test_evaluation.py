@@ -27,18 +27,26 @@ from tests.report.test_exposure import (
     oracle_stub,
 )
 from tformer_cli import device
-from tformer_cli.checkpoint import RunConfig
+from tformer_cli.checkpoint import RunConfig, atomic_torch_save
 from tformer_cli.cli import app
 from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.data.tokenizer import EOS_ID, UNK_ID, decode, train_tokenizer
+from tformer_cli.errors import TformerError
 from tformer_cli.report import evaluation
 from tformer_cli.report.evaluation import (
+    EVALS,
     EvalConfig,
     EvalData,
     EvalReport,
+    StoredEval,
+    eval_request,
     evaluate,
+    file_sha256,
+    load_stored_eval,
+    read_stored_eval,
     render_report,
     report_json,
+    stored_evals,
     teacher_forced,
 )
 from tformer_cli.report.exposure import accumulation, fmt, gold_io, pct, points, tf_argmax_tokens
@@ -311,3 +319,80 @@ def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
     cfg = EvalConfig(DecodeConfig(beam=1))
     report = evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
     assert torch.get_num_threads() == report.source.threads == threads
+
+
+# ---------------------------------------------------------------------------- stored results
+def test_eval_keeps_its_result_with_both_outputs_in_the_run_folder(tmp_path, corpus_run):
+    got: list[StoredEval] = []
+    cfg = EvalConfig(DecodeConfig(beam=2))
+    hyp_path = tmp_path / "hyps.txt"
+    report = evaluation.evaluate_run(
+        corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True, hyp_path=hyp_path,
+        on_result=got.append,
+    )  # fmt: skip
+    (path,) = (corpus_run / EVALS).glob("*.json")
+    stored = read_stored_eval(path)
+    assert stored == got[0] and path.stem == stored.key
+    assert stored.report == json.loads(report_json(report))
+    assert stored.model_sha256 == file_sha256(corpus_run / "model.pt")
+    assert stored.request["split"] == "test" and stored.request["limit"] == 3
+    assert len(stored.greedy) == len(stored.refs) == 3 and stored.beam is not None
+    assert stored.beam == hyp_path.read_text(encoding="utf-8").splitlines()
+    bleu = sacrebleu.BLEU(force=True)
+    assert report.greedy.bleu == bleu.corpus_score(stored.greedy, [stored.refs]).score
+    assert report.beam is not None
+    assert report.beam.bleu == bleu.corpus_score(stored.beam, [stored.refs]).score
+    assert stored_evals(corpus_run) == [stored]
+
+
+def test_a_stored_result_is_keyed_by_model_bytes_data_split_limit_and_settings(
+    corpus_run, tiny_corpus, make_run
+):
+    cfg = EvalConfig(DecodeConfig(beam=2))
+    evaluation.evaluate_run(corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True)
+    config = RunConfig.load(corpus_run)
+
+    def request(**changes) -> evaluation.EvalRequest:
+        options = dict(data=None, src_lang=None, tgt_lang=None, split="test", limit=3, cfg=cfg,
+                       device=torch.device("cpu"), dtype=None)  # fmt: skip
+        return eval_request(corpus_run, config, **{**options, **changes})
+
+    stored = load_stored_eval(corpus_run, request())
+    assert stored is not None and stored.key == request().key
+    assert request(data=str(tiny_corpus)).data == request().data == str(tiny_corpus)
+    others = [
+        request(limit=2), request(limit=None), request(split="valid"),
+        request(cfg=EvalConfig(DecodeConfig(beam=3))), request(cfg=EvalConfig(cfg.search, seed=1)),
+        request(dtype=torch.bfloat16), request(data="toy"),
+    ]  # fmt: skip
+    assert len({r.key for r in others} | {stored.key}) == len(others) + 1
+    assert all(load_stored_eval(corpus_run, r) is None for r in others)
+    _, other = make_run(corpus_run.parent / "scratch", seed=5)
+    atomic_torch_save(corpus_run / "model.pt", other.state_dict())  # new weights
+    assert request().model_sha256 != stored.model_sha256
+    assert load_stored_eval(corpus_run, request()) is None
+
+
+def test_a_run_folder_that_cannot_keep_the_result_gets_a_note(corpus_run, monkeypatch):
+    def refuse(run_dir, stored):
+        raise TformerError(f"cannot write {run_dir}/evals: Read-only file system")
+
+    monkeypatch.setattr(evaluation, "keep_eval", refuse)
+    log = Console(file=io.StringIO(), width=200)
+    got: list[StoredEval] = []
+    cfg = EvalConfig(DecodeConfig(beam=1))
+    report = evaluation.evaluate_run(
+        corpus_run, limit=2, cfg=cfg, device="cpu", threads=1, console=log, on_result=got.append
+    )
+    assert report.sizes.sentences == 2 and got[0].beam is None and len(got[0].greedy) == 2
+    assert "note: the result was not kept in the run folder" in log.file.getvalue()
+
+
+def test_store_false_keeps_nothing_and_a_corrupt_stored_file_is_ignored(corpus_run):
+    cfg = EvalConfig(DecodeConfig(beam=1))
+    evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=1, quiet=True, store=False)
+    assert not (corpus_run / EVALS).exists()
+    (corpus_run / EVALS).mkdir()
+    (corpus_run / EVALS / "broken.json").write_text('{"key": 1')
+    (corpus_run / EVALS / "other.json").write_text('{"key": "x"}')
+    assert stored_evals(corpus_run) == []

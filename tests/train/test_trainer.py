@@ -427,3 +427,20 @@ def test_sigkill_at_any_point_loses_at_most_the_work_since_the_last_save(tmp_pat
     steps = [r["step"] for r in log_records(killed) if "valid_bleu" in r]
     assert steps == [8, 16, 24]
     assert not list(killed.glob(".*.tmp"))  # the save cut short left no temporary file behind
+
+
+# ---------------------------------------------------------------------------- CUDA (skipped here)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_cuda_training_resumes_and_its_run_translates_on_cpu(tmp_path, tiny_corpus):
+    """On a GPU: a run trained on CUDA (the device's precision: bf16 autocast or tf32) resumes
+    there, stays finite, and its model.pt translates on CPU like any other run."""
+    from tformer_cli.checkpoint import load_run
+    from tformer_cli.decode.search import translate_texts
+
+    run(tmp_path / "run", tiny_corpus, device="cuda", precision="auto", max_steps=8)
+    trainer, result = run(tmp_path / "run", tiny_corpus, resume=True, device="cuda", max_steps=16)
+    assert trainer.device.type == "cuda" and result.state.step == 16
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    loaded = load_run(tmp_path / "run", device="cpu", precision="fp32")
+    (translation,) = translate_texts(loaded, ["red blue green"])
+    assert translation.source == "red blue green" and len(translation.hypotheses) == 1

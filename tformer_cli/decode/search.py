@@ -66,9 +66,10 @@ def next_logprobs(
         logits = model.decode(y, memory, src_mask, None, at=last)  # (b, V)
     else:
         logits = model.decode(y, memory, src_mask, cache)[:, -1]  # (b, V)
-    never = [PAD_ID, BOS_ID] if allow_eos else [PAD_ID, BOS_ID, EOS_ID]
-    never_ids = torch.tensor(never, device=logits.device)
-    return logits.float().log_softmax(dim=-1).index_fill_(1, never_ids, float("-inf"))
+    logp = logits.float().log_softmax(dim=-1)  # (b, V)
+    for never in (PAD_ID, BOS_ID) if allow_eos else (PAD_ID, BOS_ID, EOS_ID):
+        logp.select(1, never).fill_(float("-inf"))  # a scalar fill: no host-to-device copy
+    return logp
 
 
 @torch.inference_mode()

@@ -63,6 +63,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
+from tformer_cli.report.runs import lock_run
 from tformer_cli.train.distributed import ONE_PROCESS, World, agree, barrier, init_world
 from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.scheduled_sampling import (
@@ -323,6 +324,7 @@ class Trainer:
             self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
                              " starting from step 0 with its saved settings")  # fmt: skip
         if w.main:
+            self.run_lock = lock_run(run_dir)  # `tformer runs`: running while this process lives
             RunConfig(model_cfg, cfg).save(run_dir)
             if resume:
                 self._forget_after(self.state.step)

@@ -1,0 +1,469 @@
+"""`tformer compare RUN_A RUN_B [...]`: runs side by side on the same test data.
+
+Collect: each run's ``tformer eval`` result on the data asked for, reused from ``RUN/evals/``
+when it is current (same model.pt bytes, data, split, limit and settings: ``EvalRequest``),
+otherwise evaluated now (and kept). Measure: every number of the report side by side with its
+difference to RUN_A, and for BLEU and chrF of each search, whether the difference is
+significant by sacrebleu's own paired tests (``sacrebleu.significance.PairedTest``): paired
+bootstrap resampling (Koehn 2004) and paired approximate randomization (Riezler & Maxwell
+2005), with their p-values. Render: rich tables, ``--json``, and with ``save`` the runs'
+training curves overlaid (``curves.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig
+from tformer_cli.device import resolve_device, resolve_precision
+from tformer_cli.errors import TformerError
+from tformer_cli.report.curves import check_picture, make_chart, run_series, save_chart
+from tformer_cli.report.evaluation import (
+    EvalConfig,
+    StoredEval,
+    eval_request,
+    evaluate_run,
+    load_stored_eval,
+)
+from tformer_cli.report.runs import find_run, read_log
+
+ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
+N_BOOTSTRAP = 1000  # sacrebleu's defaults
+N_AR = 10000
+
+
+# ---------------------------------------------------------------------------- collect
+@dataclass(frozen=True)
+class Scored:
+    """One run's evaluation: reused from its stored results, or made now."""
+
+    name: str
+    path: str
+    reused: bool
+    stored: StoredEval
+
+
+def score_run(
+    run_dir: Path,
+    *,
+    data: str | None,
+    src_lang: str | None,
+    tgt_lang: str | None,
+    split: str,
+    limit: int | None,
+    cfg: EvalConfig,
+    device: str,
+    precision: str | None,
+    threads: int,
+    err: Console,
+    quiet: bool,
+) -> tuple[bool, StoredEval]:
+    """The run's current stored result for these settings, else a new evaluation (kept)."""
+    config = RunConfig.load(run_dir)
+    dev = resolve_device(device)
+    dtype = resolve_precision(precision or config.train.precision, dev, config.model.d_model)
+    request = eval_request(
+        run_dir, config, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split,
+        limit=limit, cfg=cfg, device=dev, dtype=dtype,
+    )  # fmt: skip
+    stored = load_stored_eval(run_dir, request)
+    if stored is not None:
+        return True, stored
+    if not quiet:
+        err.print(f"evaluating {run_dir} (no current stored result)", markup=False)
+    got: list[StoredEval] = []
+    evaluate_run(
+        run_dir, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split, limit=limit,
+        cfg=cfg, device=device, precision=precision, threads=threads, console=err, quiet=quiet,
+        on_result=got.append,
+    )  # fmt: skip
+    return False, got[0]
+
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """Folder names, or the paths where two runs share a name."""
+    names = [p.name for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------- measure
+@dataclass(frozen=True)
+class Row:
+    """One number of the report: where it is in the report's JSON and how it prints. ``share``:
+    a fraction printed in % whose differences are percentage points."""
+
+    label: str
+    path: tuple[str, ...]
+    spec: str = ".2f"
+    share: bool = False
+
+
+def report_rows(beam: int | None) -> list[Row]:
+    searches = [("greedy", "greedy")] + ([("beam", f"beam {beam}")] if beam else [])
+    rows = [Row(f"BLEU {name}", (key, "bleu")) for key, name in searches]
+    rows += [Row(f"chrF {name}", (key, "chrf")) for key, name in searches]
+    rows += [Row(f"exact match {name}", (key, "exact_match"), share=True) for key, name in searches]
+    return [
+        *rows,
+        Row("tf_xent (teacher forcing)", ("tf", "xent"), ".4f"),
+        Row("tf_ppl", ("tf", "ppl")),
+        Row("tf_acc", ("tf", "acc"), share=True),
+        Row("tf_bleu (TF argmax)", ("exposure_gap", "tf_bleu")),
+        Row("bleu_gap (tf_bleu - greedy)", ("exposure_gap", "bleu_gap")),
+        Row("err_clean", ("accumulation", "err_clean"), share=True),
+        Row("err_self", ("accumulation", "err_self"), share=True),
+        Row("excess_error", ("accumulation", "excess_error"), share=True),
+        Row("excess_error_pct (%)", ("accumulation", "excess_error_pct"), ".1f"),
+        Row("prefix-noise drop", ("prefix_noise", "drop"), share=True),
+        Row("prefix-noise paired drop", ("prefix_noise", "paired_drop"), share=True),
+        Row("length decay_ratio", ("length_decay", "decay_ratio"), ".3f"),
+    ]
+
+
+def lookup(report: dict[str, Any], path: Sequence[str]) -> float | None:
+    value: Any = report
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    label: str
+    values: list[float | None]  # one per run
+    diffs: list[float | None]  # run i minus RUN_A (None for RUN_A itself)
+    spec: str
+    share: bool
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """One metric of one search, one run against RUN_A: sacrebleu's scores and p-values."""
+
+    metric: str  # BLEU or chrF
+    search: str  # greedy or beam k
+    baseline: str
+    system: str
+    baseline_score: float
+    score: float
+    diff: float  # score - baseline_score
+    p_bootstrap: float
+    p_ar: float
+    bootstrap_mean: float | None  # the system's mean score over the bootstrap resamples
+    bootstrap_ci: float | None  # half-width of its 95% interval
+
+    @property
+    def significant_bootstrap(self) -> bool:
+        """``p < ALPHA`` for a non-zero difference: sacrebleu gives outputs scoring the same
+        its smallest p-value, 1 / (n + 1), as no resample differs by more than 0."""
+        return self.p_bootstrap < ALPHA and self.diff != 0
+
+    @property
+    def significant_ar(self) -> bool:
+        return self.p_ar < ALPHA and self.diff != 0
+
+
+def paired_tests(
+    refs: Sequence[str],
+    systems: Sequence[tuple[str, Sequence[str]]],
+    search: str = "greedy",
+    n_bootstrap: int = N_BOOTSTRAP,
+    n_ar: int = N_AR,
+) -> tuple[list[PairedResult], dict[str, str]]:
+    """BLEU and chrF of every system against the first, by ``PairedTest`` (``bs`` and ``ar``;
+    seed ``$SACREBLEU_SEED``, default 12345, as sacrebleu's command line), and the signatures."""
+    named = [(name, list(hyps)) for name, hyps in systems]
+    results: dict[str, dict[str, list[Any]]] = {}
+    signatures: dict[str, str] = {}
+    for test, n in (("bs", n_bootstrap), ("ar", n_ar)):
+        metrics = {"BLEU": BLEU(force=True), "chrF": CHRF()}
+        sigs, scores = PairedTest(named, metrics, [list(refs)], test_type=test, n_samples=n)()
+        names = [k for k in scores if k != "System"]  # the scores' own names: BLEU, chrF2
+        results[test] = dict(zip(metrics, (scores[k] for k in names), strict=True))
+        for ours, theirs in zip(metrics, names, strict=True):
+            signatures[f"{ours} {test}"] = str(sigs[theirs])
+    out = []
+    for metric in ("BLEU", "chrF"):
+        bs, ar = results["bs"][metric], results["ar"][metric]
+        base = bs[0].score
+        for i in range(1, len(named)):
+            out.append(
+                PairedResult(
+                    metric,
+                    search,
+                    named[0][0],
+                    named[i][0],
+                    base,
+                    bs[i].score,
+                    bs[i].score - base,
+                    float(bs[i].p_value),
+                    float(ar[i].p_value),
+                    None if bs[i].mean is None else float(bs[i].mean),
+                    None if bs[i].ci is None else float(bs[i].ci),
+                )
+            )
+    return out, signatures
+
+
+@dataclass(frozen=True)
+class Comparison:
+    runs: list[Scored]
+    pairs: int
+    metrics: list[MetricRow]
+    tests: list[PairedResult]
+    signatures: dict[str, str]
+    n_bootstrap: int
+    n_ar: int
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+
+def measure(scored: Sequence[Scored], n_bootstrap: int, n_ar: int) -> Comparison:
+    """Side-by-side numbers and the paired tests, from runs scored on the same references."""
+    first = scored[0]
+    for other in scored[1:]:
+        if other.stored.refs != first.stored.refs:
+            raise TformerError(
+                f"{first.name} and {other.name} were scored on different references"
+                f" ({len(first.stored.refs)} and {len(other.stored.refs)} pairs): give both the"
+                " same test data with --data (and --split)"
+            )
+    beams = {(s.stored.report.get("beam") or {}).get("beam") for s in scored}
+    beam = beams.pop() if len(beams) == 1 else None
+    rows = []
+    for row in report_rows(beam):
+        values = [lookup(s.stored.report, row.path) for s in scored]
+        diffs = [None] + [
+            None if v is None or values[0] is None else v - values[0] for v in values[1:]
+        ]
+        if any(v is not None for v in values):
+            rows.append(MetricRow(row.label, values, diffs, row.spec, row.share))
+    refs, tests, signatures = first.stored.refs, [], {}
+    searches = [("greedy", [s.stored.greedy for s in scored])]
+    if beam is not None and all(s.stored.beam is not None for s in scored):
+        searches.append((f"beam {beam}", [s.stored.beam or [] for s in scored]))
+    for search, outputs in searches:
+        systems = list(zip((s.name for s in scored), outputs, strict=True))
+        found, sigs = paired_tests(refs, systems, search, n_bootstrap, n_ar)
+        tests += found
+        signatures.update(sigs)
+    return Comparison(list(scored), len(refs), rows, tests, signatures, n_bootstrap, n_ar)
+
+
+# ---------------------------------------------------------------------------- render
+def value_text(value: float | None, row: MetricRow) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.2f}%" if row.share else f"{value:{row.spec}}"
+
+
+def diff_text(value: float | None, row: MetricRow) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:+.2f} pp" if row.share else f"{value:+{row.spec}}"
+
+
+def p_text(p: float) -> str:
+    return f"{p:.4f}"
+
+
+def render_comparison(c: Comparison) -> Group:
+    """The two tables: every number side by side, then the paired tests."""
+    names = c.names
+    head = Text.assemble(
+        ("tformer compare  ", "bold"),
+        f"{len(names)} runs on the same {c.pairs} pairs | baseline {names[0]}",
+    )
+    source = Text(
+        "\n".join(
+            f"{s.name}: "
+            + (
+                f"stored result of {s.stored.created} (model.pt unchanged since)"
+                if s.reused
+                else "evaluated now (result kept)"
+            )
+            for s in c.runs
+        ),
+        style="dim",
+    )
+    numbers = Table(title="Side by side", title_justify="left")
+    numbers.add_column("metric")
+    for i, name in enumerate(names):
+        numbers.add_column(name, justify="right", overflow="fold")
+        if i:
+            numbers.add_column(f"{name} - {names[0]}" if len(names) > 2 else "difference",
+                               justify="right", overflow="fold")  # fmt: skip
+    for row in c.metrics:
+        cells = [row.label]
+        for i, value in enumerate(row.values):
+            cells.append(value_text(value, row))
+            if i:
+                cells.append(diff_text(row.diffs[i], row))
+        numbers.add_row(*cells)
+    tests = Table(title="Is the difference significant? (sacrebleu paired tests)",
+                  title_justify="left")  # fmt: skip
+    for name in ("metric", "search", "run", f"{names[0]} (baseline)", "run's score", "difference",
+                 f"p bootstrap (n={c.n_bootstrap})", f"p approx. rand. (n={c.n_ar})",
+                 f"significant (p < {ALPHA:g})"):  # fmt: skip
+        tests.add_column(name, justify="left" if name in ("metric", "search", "run") else "right")
+    for t in c.tests:
+        verdict = {
+            (True, True): Text("yes (both tests)", style="green"),
+            (False, False): Text("no", style="dim"),
+        }.get(
+            (t.significant_bootstrap, t.significant_ar),
+            Text("bootstrap only" if t.significant_bootstrap else "AR only", style="yellow"),
+        )
+        tests.add_row(
+            t.metric, t.search, t.system, f"{t.baseline_score:.2f}", f"{t.score:.2f}",
+            f"{t.diff:+.2f}", p_text(t.p_bootstrap), p_text(t.p_ar), verdict,
+        )  # fmt: skip
+    caption = Text(
+        "p: the chance of a difference at least this large if both runs were equally good"
+        " (paired over the same sentences). Bootstrap: Koehn (2004) as in Moses/sacrebleu;"
+        " approximate randomization: Riezler & Maxwell (2005), sacrebleu's default test."
+        " A zero difference is never significant (sacrebleu then reports its smallest p)."
+        " Few sentences give wide intervals: a difference that is not significant may still"
+        " be real.\n" + "\n".join(f"{k}: {v}" for k, v in sorted(c.signatures.items())),
+        style="dim",
+    )
+    return Group(head, source, Text(""), numbers, Text(""), tests, caption)
+
+
+def comparison_dict(c: Comparison) -> dict[str, Any]:
+    """Everything the tables show, with the settings, for ``--json``."""
+    return {
+        "runs": [
+            {
+                "name": s.name,
+                "path": s.path,
+                "reused": s.reused,
+                "created": s.stored.created,
+                "key": s.stored.key,
+                "request": s.stored.request,
+            }
+            for s in c.runs
+        ],
+        "pairs": c.pairs,
+        "metrics": [dataclasses.asdict(m) for m in c.metrics],
+        "significance": [
+            {
+                **dataclasses.asdict(t),
+                "significant_bootstrap": t.significant_bootstrap,
+                "significant_ar": t.significant_ar,
+            }
+            for t in c.tests
+        ],
+        "alpha": ALPHA,
+        "n_bootstrap": c.n_bootstrap,
+        "n_ar": c.n_ar,
+        "signatures": c.signatures,
+    }
+
+
+def comparison_html(c: Comparison) -> str:
+    """The side-by-side numbers and the tests as HTML tables, for the saved page."""
+    names = c.names
+    head = "".join(f"<th>{escape(n)}</th>" for n in ["metric", *names])
+    rows = "".join(
+        "<tr>"
+        + f"<td>{escape(r.label)}</td>"
+        + "".join(
+            f"<td>{escape(value_text(v, r))}"
+            + (f" ({escape(diff_text(r.diffs[i], r))})" if i else "")
+            + "</td>"
+            for i, v in enumerate(r.values)
+        )
+        + "</tr>"
+        for r in c.metrics
+    )
+    tests = "".join(
+        f"<tr><td>{escape(t.metric)} {escape(t.search)}</td><td>{escape(t.system)}</td>"
+        f"<td>{t.diff:+.2f}</td><td>{t.p_bootstrap:.4f}</td><td>{t.p_ar:.4f}</td></tr>"
+        for t in c.tests
+    )
+    return (
+        f"<p>{len(names)} runs on the same {c.pairs} pairs; differences against"
+        f" {escape(names[0])}.</p>\n<table><tr>{head}</tr>{rows}</table>\n"
+        "<table><tr><th>metric</th><th>run</th><th>difference</th>"
+        f"<th>p bootstrap (n={c.n_bootstrap})</th><th>p approx. rand. (n={c.n_ar})</th></tr>"
+        f"{tests}</table>\n"
+    )
+
+
+# ---------------------------------------------------------------------------- the command
+def compare_runs(
+    runs: Sequence[Path],
+    console: Console,
+    *,
+    data: str | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    split: str = "test",
+    limit: int | None = None,
+    cfg: EvalConfig | None = None,
+    device: str = "auto",
+    precision: str | None = None,
+    threads: int = 0,
+    save: Path | None = None,
+    x: str = "updates",
+    as_json: bool = False,
+    n_bootstrap: int = N_BOOTSTRAP,
+    n_ar: int = N_AR,
+    err: Console | None = None,
+    quiet: bool = False,
+    runs_dir: Path = RUNS_DIR,
+) -> Comparison:
+    """``tformer compare``: score every run on the same data (reusing current stored results),
+    print the comparison (tables, or JSON with ``as_json``), and with ``save`` write the runs'
+    curves overlaid (.svg, .html with the tables, .png). ``cfg``: as ``tformer eval``'s
+    (default ``EvalConfig()``: beam 5), so that its stored results are reused."""
+    if len(runs) < 2:
+        raise TformerError("compare needs at least two runs")
+    check_picture(save)
+    log = err or Console(stderr=True)
+    paths = [find_run(r, runs_dir) for r in runs]
+    if len({p.resolve() for p in paths}) < len(paths):
+        raise TformerError("a run is named twice: compare different runs")
+    scored = []
+    for name, path in zip(run_names(paths), paths, strict=True):
+        reused, stored = score_run(
+            path, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split, limit=limit,
+            cfg=cfg or EvalConfig(), device=device, precision=precision, threads=threads,
+            err=log, quiet=quiet,
+        )  # fmt: skip
+        scored.append(Scored(name, str(path), reused, stored))
+    if not quiet:
+        log.print(
+            f"paired tests: bootstrap ({n_bootstrap} resamples) and approximate randomization"
+            f" ({n_ar} trials), BLEU and chrF",
+            markup=False,
+        )
+    comparison = measure(scored, n_bootstrap, n_ar)
+    if as_json:
+        text = json.dumps(comparison_dict(comparison), indent=2, ensure_ascii=False)
+        console.out(text, highlight=False)
+    else:
+        console.print(render_comparison(comparison))
+    if save is not None:
+        series = [(s.name, run_series(read_log(Path(s.path)))) for s in scored]
+        chart = make_chart(series, x, "training curves: " + ", ".join(comparison.names))
+        save_chart(chart, save, comparison_html(comparison))
+        log.print(f"wrote {save}", markup=False, highlight=False)
+    return comparison

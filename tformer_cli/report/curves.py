@@ -1,0 +1,680 @@
+"""Training curves from ``log.jsonl``, and `tformer show RUN`.
+
+Data flow, one way: ``run_series`` reads the log's records into series (measure), ``make_chart``
+lays one or more runs' series out as panels on an x axis of updates or training time, and the
+renderers draw a chart: ``render_terminal`` (one compact braille chart per panel),
+``to_svg`` and ``to_html`` (self-contained, no dependency), ``to_png`` (matplotlib, the optional
+``plot`` extra). ``compare.py`` overlays several runs with the same functions.
+
+Time axis: training records carry ``elapsed`` (seconds of training and validation so far);
+validation records do not, so their time is interpolated on the update count between the
+training records around them (exact when one shares their step), extrapolated at the last
+interval's rate after the last training record; a log without any time leaves them out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig
+from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write, atomic_write_text
+from tformer_cli.report.runs import RunInfo, collect_run, find_run, read_log
+
+X_AXES = ("updates", "time")
+PICTURES = (".svg", ".html", ".htm", ".png")
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    """A log field drawn as a curve: its title, a log-scale y axis, dots at each point."""
+
+    key: str
+    title: str
+    log_y: bool = False
+    markers: bool = False
+
+
+SERIES: tuple[SeriesSpec, ...] = (
+    SeriesSpec("loss", "train loss (label-smoothed, per target token)"),
+    SeriesSpec("valid_loss", "valid loss (cross-entropy)", markers=True),
+    SeriesSpec("valid_ppl", "valid perplexity", log_y=True, markers=True),
+    SeriesSpec("valid_bleu", "valid BLEU (greedy)", markers=True),
+    SeriesSpec("lr", "learning rate"),
+    SeriesSpec("tgt_tokens_per_s", "target tokens/s"),
+    SeriesSpec("eps", "teacher-forcing probability eps (scheduled sampling)"),
+)
+
+
+# ---------------------------------------------------------------------------- measure
+@dataclass(frozen=True)
+class Point:
+    step: int
+    seconds: float | None  # training time at this update; None where it cannot be told
+    value: float
+
+
+@dataclass(frozen=True)
+class Series:
+    spec: SeriesSpec
+    points: tuple[Point, ...]
+
+
+def number(value: object) -> float | None:
+    """A finite int or float of a record (bools and NaN are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def step_clock(records: Sequence[dict[str, Any]]) -> Callable[[int], float | None]:
+    """Training time at any update count, from the training records' ``elapsed`` (and 0 s at
+    update 0): linear between known points, at the last interval's rate after the last."""
+    known: dict[int, float] = {0: 0.0}
+    for r in records:
+        seconds, step = number(r.get("elapsed")), r.get("step")
+        if seconds is not None and isinstance(step, int) and not isinstance(step, bool):
+            known[step] = seconds
+    steps = sorted(known)
+    times = [known[s] for s in steps]
+
+    def at(step: int) -> float | None:
+        if len(steps) < 2:
+            return None
+        i = bisect.bisect_left(steps, step)
+        if i < len(steps) and steps[i] == step:
+            return times[i]
+        lo, hi = (i - 1, i) if i < len(steps) else (len(steps) - 2, len(steps) - 1)
+        lo = max(lo, 0)
+        rate = (times[hi] - times[lo]) / (steps[hi] - steps[lo])
+        return times[lo] + rate * (step - steps[lo])
+
+    return at
+
+
+def run_series(records: Sequence[dict[str, Any]]) -> list[Series]:
+    """Every series of ``SERIES`` that the records hold, in that order, points by update."""
+    clock = step_clock(records)
+    out = []
+    for spec in SERIES:
+        points = []
+        for r in records:
+            value, step = number(r.get(spec.key)), r.get("step")
+            if value is None or not isinstance(step, int) or isinstance(step, bool):
+                continue
+            seconds = number(r.get("elapsed"))
+            points.append(Point(step, seconds if seconds is not None else clock(step), value))
+        if points:
+            out.append(Series(spec, tuple(sorted(points, key=lambda p: p.step))))
+    return out
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str  # the run's name
+    points: tuple[tuple[float, float], ...]  # (x, y), x ascending
+
+
+@dataclass(frozen=True)
+class Panel:
+    spec: SeriesSpec
+    lines: tuple[Line, ...]
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    x_label: str
+    panels: tuple[Panel, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def labels(self) -> list[str]:
+        """Each run's name once, in order of first appearance."""
+        return list(dict.fromkeys(line.label for p in self.panels for line in p.lines))
+
+
+def make_chart(
+    runs: Sequence[tuple[str, Sequence[Series]]], x: str = "updates", title: str = ""
+) -> Chart:
+    """One panel per series any run has (in ``SERIES`` order), one line per run in it.
+    ``x``: ``updates`` or ``time`` (minutes of training). Points without a time (on the time
+    axis) or non-positive on a log axis are left out, and counted in the notes."""
+    if x not in X_AXES:
+        raise TformerError(f"unknown x axis {x!r}: use updates or time")
+    panels, no_time, non_positive = [], 0, 0
+    for spec in SERIES:
+        lines = []
+        for name, series in runs:
+            found = next((s for s in series if s.spec.key == spec.key), None)
+            if found is None:
+                continue
+            xy = []
+            for p in found.points:
+                if x == "time" and p.seconds is None:
+                    no_time += 1
+                elif spec.log_y and p.value <= 0:
+                    non_positive += 1
+                else:
+                    xy.append((p.step if x == "updates" else p.seconds / 60, p.value))
+            if xy:
+                lines.append(Line(name, tuple(sorted(xy))))
+        if lines:
+            panels.append(Panel(spec, tuple(lines)))
+    notes = []
+    if no_time:
+        notes.append(f"{no_time} points without a training time (no elapsed in the log) left out")
+    if non_positive:
+        notes.append(f"{non_positive} points <= 0 left out of log-scale panels")
+    x_label = "updates" if x == "updates" else "training time (minutes, validation included)"
+    return Chart(title, x_label, tuple(panels), tuple(notes))
+
+
+# ---------------------------------------------------------------------------- numbers and axes
+def num(value: float) -> str:
+    """A value as a chart label: ``18,831``, ``98.91``, ``1.032``, ``9.70e-04``."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 0.01:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
+
+
+def value_range(values: Sequence[float], log_y: bool = False) -> tuple[float, float]:
+    """``(lo, hi)`` covering the values, widened around a single value."""
+    lo, hi = min(values), max(values)
+    if hi > lo:
+        return lo, hi
+    if log_y:
+        return lo / 1.5, hi * 1.5
+    pad = abs(lo) * 0.05 or 1.0
+    return lo - pad, hi + pad
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], float]:
+    """Round tick values within ``[lo, hi]`` (steps 1, 2, 2.5 or 5 x 10^k), and the step."""
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw * 0.999)
+    k = math.ceil(lo / step - 1e-9)
+    ticks = []
+    while k * step <= hi + step * 1e-9:
+        ticks.append(round(k * step, 12) + 0.0)  # + 0.0: no -0.0
+        k += 1
+    return ticks, step
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1, 2, 5 x 10^k within ``[lo, hi]``; only powers of ten when those are too many; the
+    ends themselves when none falls inside."""
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks = [m * 10**k for k in range(k0, k1 + 1) for m in (1, 2, 5) if lo <= m * 10**k <= hi]
+    if len(ticks) > 7:
+        ticks = [t for t in ticks if math.isclose(10 ** round(math.log10(t)), t)]
+    return ticks if len(ticks) >= 2 else [lo, hi]
+
+
+def tick_label(t: float, step: float | None) -> str:
+    """A tick value with as many decimals as its step needs."""
+    if step is None or not 1e-3 <= step < 1e5:
+        return num(t)
+    if float(step).is_integer():
+        return f"{t:,.0f}"
+    decimals = max(0, -math.floor(math.log10(step)))
+    while decimals < 6 and not math.isclose(round(step, decimals), step):
+        decimals += 1
+    return f"{t:.{decimals}f}"
+
+
+class Scale:
+    """Data -> [0, 1] on a linear or log axis."""
+
+    def __init__(self, lo: float, hi: float, log: bool = False) -> None:
+        self.log = log
+        self.lo, self.hi = (math.log10(lo), math.log10(hi)) if log else (lo, hi)
+
+    def __call__(self, v: float) -> float:
+        v = math.log10(v) if self.log else v
+        return (v - self.lo) / (self.hi - self.lo) if self.hi > self.lo else 0.5
+
+
+def panel_ranges(
+    panel: Panel, margin: float = 0.0
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The x and y ranges of a panel's points, widened by ``margin`` of their span each side
+    (on a log axis, of their ratio)."""
+    xs = [x for line in panel.lines for x, _ in line.points]
+    ys = [y for line in panel.lines for _, y in line.points]
+    (x0, x1), (y0, y1) = value_range(xs), value_range(ys, panel.spec.log_y)
+    dx = (x1 - x0) * margin
+    if panel.spec.log_y:
+        f = (y1 / y0) ** margin
+        return (x0 - dx, x1 + dx), (y0 / f, y1 * f)
+    dy = (y1 - y0) * margin
+    return (x0 - dx, x1 + dx), (y0 - dy, y1 + dy)
+
+
+# ---------------------------------------------------------------------------- terminal
+BRAILLE_DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [dot row][dot column]
+STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
+
+
+def braille(
+    lines: Sequence[Sequence[tuple[float, float]]],
+    width: int,
+    height: int,
+    sx: Scale,
+    sy: Scale,
+) -> list[list[tuple[int, int]]]:
+    """Rows of ``(braille bits, index of the line drawn last in the cell, -1 if none)``:
+    each line's points joined by straight dot lines on a ``2*width`` x ``4*height`` grid."""
+    grid = [[(0, -1) for _ in range(width)] for _ in range(height)]
+    w, h = 2 * width - 1, 4 * height - 1
+
+    def dot(px: int, py: int, k: int) -> None:
+        bits, _ = grid[py // 4][px // 2]
+        grid[py // 4][px // 2] = (bits | BRAILLE_DOTS[py % 4][px % 2], k)
+
+    for k, points in enumerate(lines):
+        dots = [(round(sx(x) * w), round((1 - sy(y)) * h)) for x, y in points]
+        for (x0, y0), (x1, y1) in itertools.pairwise(dots):
+            n = max(abs(x1 - x0), abs(y1 - y0), 1)
+            for i in range(n + 1):
+                dot(round(x0 + (x1 - x0) * i / n), round(y0 + (y1 - y0) * i / n), k)
+        if len(dots) == 1:
+            dot(*dots[0], k)
+    return grid
+
+
+def summary(points: Sequence[tuple[float, float]], x_unit: str) -> str:
+    """``last 1.032 at 866 · min 0.97 at 850 · max 5.88 at 25``."""
+    at = (lambda x: f"{x:,.0f}") if x_unit == "updates" else (lambda x: f"{x:.1f} min")
+    last = points[-1]
+    lo = min(points, key=lambda p: p[1])
+    hi = max(points, key=lambda p: p[1])
+    return (
+        f"last {num(last[1])} at {at(last[0])} · min {num(lo[1])} at {at(lo[0])}"
+        f" · max {num(hi[1])} at {at(hi[0])}"
+    )
+
+
+def render_panel(panel: Panel, x_label: str, width: int = 80, height: int = 4) -> Text:
+    """One panel as text: title, one summary per line, a braille plot with its y range on the
+    left (``┤`` at the top and bottom rows) and its x range below."""
+    (x0, x1), (y0, y1) = panel_ranges(panel)
+    sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
+    top, bottom = num(y1), num(y0)
+    label_w = max(len(top), len(bottom))
+    cols = max(10, width - label_w - 2)
+    grid = braille([line.points for line in panel.lines], cols, height, sx, sy)
+    unit = "updates" if x_label == "updates" else "minutes"
+    text = Text()
+    text.append(panel.spec.title, style="bold")
+    if panel.spec.log_y:
+        text.append(" (log scale)", style="dim")
+    many = len(panel.lines) > 1
+    for k, line in enumerate(panel.lines):
+        text.append("\n  ")
+        if many:
+            text.append(f"{line.label}: ", style=STYLES[k % len(STYLES)])
+        text.append(summary(line.points, unit), style="dim")
+    for r, row in enumerate(grid):
+        label = top if r == 0 else bottom if r == height - 1 else ""
+        text.append(f"\n{label.rjust(label_w)} {'┤' if label else '│'}")
+        for bits, k in row:
+            if bits:
+                text.append(chr(0x2800 + bits), style=STYLES[k % len(STYLES)])
+            else:
+                text.append(" ")
+    if unit == "updates":
+        left, right = f"{x0:,.0f}", f"{x1:,.0f}"
+    else:
+        left, right = f"{x0:.1f}", f"{x1:.1f}"
+    middle = max(len(unit) + 2, cols - len(left) - len(right))
+    axis = f"{left}{unit.center(middle)}{right}"
+    text.append(f"\n{' ' * label_w} └{'─' * cols}\n{' ' * (label_w + 2)}{axis}", style="dim")
+    return text
+
+
+def render_terminal(chart: Chart, width: int = 100, height: int = 4) -> RenderableType:
+    """Every panel of the chart, one under the other, then the notes."""
+    parts: list[RenderableType] = []
+    if chart.title:
+        parts.append(Text(chart.title, style="bold"))
+    if len(chart.labels) > 1:
+        legend = Text("runs: ")
+        for k, label in enumerate(chart.labels):
+            legend.append(f"⣿ {label}  ", style=STYLES[k % len(STYLES)])
+        parts.append(legend)
+    if not chart.panels:
+        parts.append(Text("no curves: the log holds no training or validation records yet"))
+    for panel in chart.panels:
+        parts += [Text(""), render_panel(panel, chart.x_label, min(width - 1, 120), height)]
+    parts += [Text(note, style="yellow") for note in chart.notes]
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------------- SVG / HTML
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
+PANEL_W, PANEL_H = 460, 250
+MARGIN = {"left": 70, "right": 16, "top": 34, "bottom": 44}
+
+
+def _svg_panel(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[str]:
+    """One panel's SVG elements at the origin: frame, grid and ticks, one polyline per run."""
+    (x0, x1), (y0, y1) = panel_ranges(panel, margin=0.04)
+    sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
+    left, top = MARGIN["left"], MARGIN["top"]
+    pw = PANEL_W - MARGIN["left"] - MARGIN["right"]
+    ph = PANEL_H - MARGIN["top"] - MARGIN["bottom"]
+
+    def px(x: float) -> float:
+        return left + sx(x) * pw
+
+    def py(y: float) -> float:
+        return top + (1 - sy(y)) * ph
+
+    title = panel.spec.title + (" (log scale)" if panel.spec.log_y else "")
+    out = [
+        f"<text x='{left}' y='20' font-size='13' font-weight='bold'>{escape(title)}</text>",
+        f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='#fff' stroke='#999'/>",
+    ]
+    if panel.spec.log_y:
+        yticks, ystep = log_ticks(y0, y1), None
+    else:
+        yticks, ystep = nice_ticks(y0, y1, 5)
+    for t in yticks:
+        y = py(t)
+        out.append(
+            f"<line x1='{left}' y1='{y:.1f}' x2='{left + pw}' y2='{y:.1f}' stroke='#e5e5e5'/>"
+        )
+        out.append(
+            f"<text x='{left - 6}' y='{y + 4:.1f}' font-size='11' text-anchor='end'>"
+            f"{escape(tick_label(t, ystep))}</text>"
+        )
+    xticks, xstep = nice_ticks(x0, x1, 5)
+    if x_label == "updates":
+        xstep = max(xstep, 1.0)
+        xticks = [t for t in xticks if float(t).is_integer()]
+    for t in xticks:
+        x = px(t)
+        out.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + ph}' stroke='#f0f0f0'/>")
+        out.append(
+            f"<text x='{x:.1f}' y='{top + ph + 16}' font-size='11' text-anchor='middle'>"
+            f"{escape(tick_label(t, xstep))}</text>"
+        )
+    out.append(
+        f"<text x='{left + pw / 2:.1f}' y='{PANEL_H - 6}' font-size='11' text-anchor='middle'"
+        f" fill='#555'>{escape(x_label)}</text>"
+    )
+    key = escape(panel.spec.key, {"'": "&apos;"})
+    for line in panel.lines:
+        colour = colour_of[line.label]
+        run = escape(line.label, {"'": "&apos;"})
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points)
+        out.append(
+            f"<polyline class='series' data-series='{key}' data-run='{run}' points='{coords}'"
+            f" fill='none' stroke='{colour}' stroke-width='1.6' stroke-linejoin='round'>"
+            f"<title>{escape(line.label)}: {escape(panel.spec.title)}</title></polyline>"
+        )
+        if panel.spec.markers or len(line.points) == 1:
+            for x, y in line.points:
+                tip = escape(f"{line.label}: {num(y)} at {num(x)}")
+                out.append(
+                    f"<circle cx='{px(x):.1f}' cy='{py(y):.1f}' r='2.6' fill='{colour}'>"
+                    f"<title>{tip}</title></circle>"
+                )
+    return out
+
+
+def to_svg(chart: Chart) -> str:
+    """A standalone SVG: title, legend (several runs), notes, the panels two per row."""
+    labels = chart.labels
+    colour_of = {label: COLOURS[k % len(COLOURS)] for k, label in enumerate(labels)}
+    per_row = 1 if len(chart.panels) < 2 else 2
+    header = [chart.title] if chart.title else []
+    header += list(chart.notes)
+    legend_h = 20 if len(labels) > 1 else 0
+    top = 10 + 18 * len(header) + legend_h + 6
+    rows = max(1, math.ceil(len(chart.panels) / per_row))
+    width, height = per_row * PANEL_W, top + rows * PANEL_H
+    body = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' {FONT}>",
+        f"<rect width='{width}' height='{height}' fill='#fff'/>",
+    ]
+    for k, line in enumerate(header):
+        size, bold = (15, " font-weight='bold'") if k == 0 and chart.title else (11, "")
+        body.append(
+            f"<text x='10' y='{22 + 18 * k}' font-size='{size}'{bold}>{escape(line)}</text>"
+        )
+    if legend_h:
+        x, y = 10.0, 10 + 18 * len(header) + 14
+        for label in labels:
+            body.append(
+                f"<rect x='{x:.0f}' y='{y - 9}' width='14' height='4' fill='{colour_of[label]}'/>"
+                f"<text x='{x + 18:.0f}' y='{y:.0f}' font-size='11'>{escape(label)}</text>"
+            )
+            x += 18 + len(label) * 6.6 + 16
+    if not chart.panels:
+        body.append(f"<text x='10' y='{top + 20}' font-size='12'>no curves in the log yet</text>")
+    for k, panel in enumerate(chart.panels):
+        x, y = (k % per_row) * PANEL_W, top + (k // per_row) * PANEL_H
+        key = escape(panel.spec.key, {"'": "&apos;"})
+        elements = "".join(_svg_panel(panel, chart.x_label, colour_of))
+        body.append(
+            f"<g class='panel' data-series='{key}' transform='translate({x} {y})'>{elements}</g>"
+        )
+    body.append("</svg>")
+    return "\n".join(body) + "\n"
+
+
+def html_table(rows: Sequence[tuple[str, str]]) -> str:
+    """Label/value rows as an HTML table (escaped)."""
+    cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{cells}</table>\n"
+
+
+def to_html(chart: Chart, intro: str = "") -> str:
+    """One self-contained page: ``intro`` (HTML, e.g. a settings table), then the SVG."""
+    title = escape(chart.title or "training curves")
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{title}</title><style>"
+        "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:1.5em;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
+        "padding:.2em .6em;text-align:left}th{background:#f3f3f3;font-weight:normal}"
+        "</style></head><body>\n"
+        f"<h1>{title}</h1>\n{intro}"
+        "<p>Hover a line or a dot for its run and value.</p>\n"
+        f"{to_svg(chart)}</body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------------------- PNG
+def require_matplotlib() -> None:
+    """Fail with one line when the optional ``plot`` extra is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise TformerError(
+            "saving .png needs matplotlib: pip install 'tformer[plot]' (in a clone:"
+            " pip install -e '.[plot]'), or save .svg / .html"
+        ) from None
+
+
+def to_png(chart: Chart, path: Path) -> None:
+    """Draw the chart with matplotlib (the ``plot`` extra) into ``path``, panels two per row."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_row = 1 if len(chart.panels) < 2 else 2
+    rows = max(1, math.ceil(len(chart.panels) / per_row))
+    fig, axes = plt.subplots(
+        rows, per_row, figsize=(6.2 * per_row, 3.2 * rows), squeeze=False, constrained_layout=True
+    )
+    labels = chart.labels
+    colour_of = {label: COLOURS[k % len(COLOURS)] for k, label in enumerate(labels)}
+    for k, ax in enumerate(axes.flat):
+        if k >= len(chart.panels):
+            ax.axis("off")
+            continue
+        panel = chart.panels[k]
+        for line in panel.lines:
+            xs, ys = zip(*line.points, strict=True)
+            marker = "o" if panel.spec.markers or len(xs) == 1 else None
+            ax.plot(xs, ys, color=colour_of[line.label], marker=marker, markersize=3,
+                    linewidth=1.4, label=line.label)  # fmt: skip
+        if panel.spec.log_y:
+            ax.set_yscale("log")
+        ax.set_title(panel.spec.title, fontsize=10)
+        ax.set_xlabel(chart.x_label, fontsize=9)
+        ax.grid(alpha=0.3)
+        if len(labels) > 1:
+            ax.legend(fontsize=8)
+    if chart.title:
+        fig.suptitle(chart.title, fontsize=11)
+    fig.savefig(path, dpi=130, format="png")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- saving
+def check_picture(path: Path | None) -> None:
+    """Fail before any work on a ``--save`` name this module cannot write."""
+    if path is None:
+        return
+    if path.suffix.lower() not in PICTURES:
+        raise TformerError(f"--save {path}: use a .svg, .html or .png file name")
+    if path.suffix.lower() == ".png":
+        require_matplotlib()
+
+
+def save_chart(chart: Chart, path: Path, intro_html: str = "") -> None:
+    """Write ``path`` as the suffix says: .svg, .html/.htm (with ``intro_html``) or .png."""
+    check_picture(path)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        atomic_write(path, lambda tmp: to_png(chart, tmp), durable=False)
+    elif suffix == ".svg":
+        atomic_write_text(path, to_svg(chart), durable=False)
+    else:
+        atomic_write_text(path, to_html(chart, intro_html), durable=False)
+
+
+# ---------------------------------------------------------------------------- tformer show
+def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
+    """The run's settings and progress as short label/value rows."""
+    m, t = config.model, config.train
+    params = "?" if info.parameters is None else f"{info.parameters:,}"
+    langs = f" ({t.src_lang} -> {t.tgt_lang})" if t.src_lang and t.tgt_lang else ""
+    files = [getattr(t, n, None) for n in ("src_file", "tgt_file")]
+    data = " + ".join(f for f in files if f) if t.data == "files" and any(files) else t.data
+    rows = [
+        ("state", f"{info.state}: {info.detail}" if info.detail else info.state),
+        ("data", f"{data}{langs}, seed {t.seed}"),
+        ("tokenizer", f"{t.tokenizer_kind}, {m.vocab_size:,} types (asked {t.vocab_size:,})"),
+        (
+            "model",
+            f"{params} parameters; {m.n_encoder_layers}+{m.n_decoder_layers} layers, d {m.d_model},"
+            f" {m.h} heads, FFN {m.d_ff}, {m.norm}-LN, {m.positional} positions, dropout"
+            f" {m.dropout:g}{', tied embeddings' if m.tie_embeddings else ''}",
+        ),
+        (
+            "training",
+            f"{t.max_tokens:,} tokens/batch x {t.accum}, lr {t.lr:g}, warm-up {t.warmup},"
+            f" label smoothing {t.label_smoothing:g}, precision {t.precision}",
+        ),
+    ]
+    rules = [
+        f"{name} {value:g}"
+        for name, value in (
+            ("--max-steps", t.max_steps),
+            ("--epochs", t.max_epochs),
+            ("--max-minutes", t.max_minutes),
+            ("--patience", t.patience),
+            ("--average", t.average),
+        )
+        if value
+    ]
+    rows.append(("stopping", ", ".join(rules) or "none (Ctrl-C)"))
+    if t.scheduled_sampling != "off":
+        k = "" if t.ss_k is None else f", k {t.ss_k:g}"
+        rows.append(
+            (
+                "scheduled sampling",
+                f"{t.scheduled_sampling}{k}, min {t.ss_min:g}, warm-up {t.ss_warmup},"
+                f" mix {t.ss_mix}",
+            )
+        )
+    progress = f"{info.updates or 0:,} updates"
+    if info.epochs:
+        progress += f", {info.epochs} epochs"
+    if info.best_valid_bleu is not None:
+        progress += f"; best valid BLEU {info.best_valid_bleu:.2f} at step {info.best_step}"
+    rows.append(("progress", progress))
+    if info.test_bleu is not None:
+        how = "tformer eval" if info.test_bleu_from == "eval" else "end of training"
+        beam = (
+            f", beam {info.test_beam} {info.test_beam_bleu:.2f}"
+            if info.test_beam_bleu is not None
+            else ""
+        )
+        rows.append(("test BLEU", f"greedy {info.test_bleu:.2f}{beam} ({how})"))
+    return rows
+
+
+def settings_table(run_dir: Path, rows: Sequence[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    table.add_row("run", str(run_dir))
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def show_run(
+    run: Path,
+    console: Console,
+    *,
+    save: Path | None = None,
+    x: str = "updates",
+    err: Console | None = None,
+    runs_dir: Path = RUNS_DIR,
+    width: int | None = None,
+) -> Chart:
+    """``tformer show RUN``: the run's settings, then its curves in the terminal; ``save``
+    writes them as .svg, .html (with the settings) or .png. Returns the chart."""
+    if x not in X_AXES:
+        raise TformerError(f"--x {x}: use updates or time")
+    check_picture(save)
+    run_dir = find_run(run, runs_dir)
+    config = RunConfig.load(run_dir)  # a broken run: its one-line reason
+    records = read_log(run_dir)
+    info = collect_run(run_dir)
+    rows = settings_rows(config, info)
+    chart = make_chart([(run_dir.name, run_series(records))], x, f"run {run_dir.name}")
+    console.print(settings_table(run_dir, rows))
+    console.print(render_terminal(chart, width or console.width))
+    if save is not None:
+        save_chart(chart, save, html_table([("run", str(run_dir)), *rows]))
+        (err or Console(stderr=True)).print(f"wrote {save}", markup=False, highlight=False)
+    return chart

@@ -1,0 +1,522 @@
+"""`tformer runs`: the run folders under ``runs/`` as one table, and whether each is still training.
+
+Collect only: for each folder, ``config.json`` (settings), ``log.jsonl`` (how far it got, its
+scores, how it stopped), the stored evaluations of ``tformer eval`` (``RUN/evals/``, test BLEU of
+the current ``model.pt``) and the run lock; never a checkpoint's weights. A folder that cannot be
+read is a row saying why (``state`` broken), never a traceback.
+
+States, in the order they are decided:
+- ``running``: a process holds the run lock (``hold_run_lock``), which the trainer takes for as
+  long as it lives. The lock is an exclusive ``flock`` on ``RUN/.lock``: the kernel drops it
+  when its process ends, however it ends (SIGKILL, OOM killer, power cut), so a killed run never
+  looks alive. ``is_running`` probes it without waiting and without creating the file.
+- ``broken``: no readable ``config.json``, or a ``log.jsonl`` that cannot be read (not UTF-8, a
+  line that is not a JSON object before the last one; a half-written last line is what a kill
+  leaves, and is ignored as ``--resume`` ignores it), or finished without ``model.pt``.
+- ``finished``: the log's last records after training say it stopped by a stopping rule
+  (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
+- ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
+  or from step 0 with its settings when it stopped before its first save).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from torch.overrides import TorchFunctionMode
+
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig
+from tformer_cli.config import ModelConfig
+from tformer_cli.errors import TformerError
+from tformer_cli.model import Transformer
+from tformer_cli.report.evaluation import StoredEval, file_sha256, stored_evals
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, so no "running" state
+    fcntl = None  # type: ignore[assignment]
+
+LOCK = ".lock"
+LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
+TRAINING_KEYS = ("loss", "valid_loss", "skipped_update")  # records written while training
+STATES = ("running", "finished", "interrupted", "broken")
+
+
+# ---------------------------------------------------------------------------- the run lock
+class RunLock:
+    """An exclusive ``flock`` on ``RUN/.lock``, held until ``release()`` (or the end of the
+    ``with`` block, or of the process). Within one process the lock is shared: a second
+    ``RunLock`` on the same folder (a resumed Trainer while the first still exists) counts
+    up instead of waiting for itself. The file keeps the holder's pid, for messages only: the
+    lock itself, not the file, says a run is alive, so a stale file means nothing."""
+
+    def __init__(self, run_dir: Path, wait: float = LOCK_WAIT) -> None:
+        self.path = run_dir / LOCK
+        self._key: str | None = None
+        if fcntl is None:
+            return
+        key = str(self.path.resolve())
+        with _HELD_GUARD:
+            if key in _HELD:
+                _HELD[key][1] += 1
+                self._key = key
+                return
+            _HELD[key] = [_acquire(run_dir, self.path, wait), 1]
+            self._key = key
+
+    def release(self) -> None:
+        with _HELD_GUARD:
+            if self._key is None:
+                return
+            held = _HELD[self._key]
+            held[1] -= 1
+            if held[1] == 0:
+                os.close(held[0])  # closing the descriptor drops the flock
+                del _HELD[self._key]
+            self._key = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+_HELD: dict[str, list[int]] = {}  # this process's run locks: resolved path -> [fd, holders]
+_HELD_GUARD = threading.Lock()
+
+
+def _acquire(run_dir: Path, path: Path, wait: float) -> int:
+    """Open ``path`` and take its exclusive flock, retrying for ``wait`` seconds."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise TformerError(f"cannot lock {path}: {e.strerror or e}") from None
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:  # another trainer, or a probe that lets go at once
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                pid = lock_holder(run_dir)
+                raise TformerError(
+                    f"{run_dir} is being trained by another process"
+                    f"{f' (pid {pid})' if pid else ''}: wait for it to end or stop it"
+                ) from None
+            time.sleep(0.05)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def lock_run(run_dir: Path, wait: float = LOCK_WAIT) -> RunLock:
+    """Take the run lock of ``run_dir`` (made if missing) for the caller's lifetime: keep the
+    returned object (or call ``release()``). Raises ``TformerError`` when another live process
+    holds it after ``wait`` seconds."""
+    return RunLock(run_dir, wait)
+
+
+@contextmanager
+def hold_run_lock(run_dir: Path, wait: float = LOCK_WAIT) -> Iterator[RunLock]:
+    """``with hold_run_lock(run_dir):`` the run shows as running until the block ends."""
+    with RunLock(run_dir, wait) as lock:
+        yield lock
+
+
+def is_running(run_dir: Path) -> bool:
+    """Whether a live process holds the run lock: a non-blocking shared ``flock`` probe that
+    fails only while an exclusive lock is held. Creates nothing."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without flock: no sign of life to read
+        return False
+    finally:
+        os.close(fd)  # drops the probe's own lock too
+    return False
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """The pid the lock holder wrote, if any (for messages)."""
+    try:
+        return int((run_dir / LOCK).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- the log
+def read_log(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``log.jsonl`` (none if it does not exist). A half-written last line, which
+    a killed process leaves, is dropped; any other unreadable line is a ``TformerError``."""
+    path = run_dir / "log.jsonl"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise TformerError(f"{path} is not UTF-8 text") from None
+    except OSError as e:
+        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            if number == len(lines) and not text.endswith("\n"):
+                break  # cut off mid-line
+            raise TformerError(f"{path} line {number} is not a JSON object")
+        records.append(record)
+    return records
+
+
+def stop_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the records after the last training record say about the end: ``stopped_by``,
+    ``test_bleu`` and the checkpoint average's choice, merged (empty while training goes on)."""
+    last = max((i for i, r in enumerate(records) if any(k in r for k in TRAINING_KEYS)), default=-1)
+    merged: dict[str, Any] = {}
+    for record in records[last + 1 :]:
+        merged.update(record)
+    return merged
+
+
+def is_stopping_rule(stopped_by: object) -> bool:
+    """A ``stopped_by`` of a rule (steps, epochs, minutes, patience), not of an interruption."""
+    return (
+        isinstance(stopped_by, str)
+        and bool(stopped_by)
+        and not stopped_by.startswith(("interrupted", "stopped with rank"))
+    )
+
+
+# ---------------------------------------------------------------------------- one run
+@dataclass(frozen=True)
+class RunInfo:
+    """One row of ``tformer runs`` (and its ``--json`` object)."""
+
+    name: str
+    path: str
+    state: str  # one of STATES
+    detail: str  # how it stopped (finished, interrupted), its pid (running), or why it is broken
+    updated: str | None  # last write to config.json, log.jsonl, model.pt or last.pt (ISO 8601)
+    updated_ts: float
+    data: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    parameters: int | None = None
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    d_model: int | None = None
+    heads: int | None = None
+    precision: str | None = None  # as configured: fp32, bf16 or auto
+    updates: int | None = None
+    epochs: int | None = None
+    best_valid_bleu: float | None = None
+    best_step: int | None = None
+    test_bleu: float | None = None  # greedy, on the run's own test split
+    test_bleu_from: str | None = None  # "eval" (stored, current model) or "train" (its log)
+    test_beam_bleu: float | None = None
+    test_beam: int | None = None
+    stopped_by: str | None = None
+    pid: int | None = None  # the training process, while running
+    resume: str | None = None  # the command that continues an interrupted run
+
+
+RANDOM_INIT = frozenset(
+    ("normal_", "uniform_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
+     "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+)  # fmt: skip
+
+
+class _SkipRandomInit(TorchFunctionMode):
+    """Leave tensors as allocated instead of drawing their initial values: building a model
+    only to count its parameters then costs an allocation the OS does not even commit. (The
+    meta device would need no memory, but its kernels import torch._dynamo: seconds.)"""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in RANDOM_INIT:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def count_parameters(cfg: ModelConfig) -> int:
+    """Parameters of a model of this config (tied embeddings counted once)."""
+    with _SkipRandomInit():
+        return sum(p.numel() for p in Transformer(cfg).parameters())
+
+
+def latest_write(run_dir: Path) -> float:
+    names = ("log.jsonl", "model.pt", "last.pt", "config.json")
+    times = [(run_dir / n).stat().st_mtime for n in names if (run_dir / n).is_file()]
+    return max(times, default=run_dir.stat().st_mtime)
+
+
+def current_test_eval(run_dir: Path, data: str) -> StoredEval | None:
+    """The newest stored evaluation of the current model.pt on the run's own full test split."""
+    found = [
+        s
+        for s in stored_evals(run_dir)
+        if s.request.get("split") == "test"
+        and s.request.get("data") == data
+        and s.request.get("limit") is None
+    ]
+    if not found or not (run_dir / "model.pt").is_file():
+        return None
+    try:
+        sha = file_sha256(run_dir / "model.pt")
+    except TformerError:
+        return None
+    return next((s for s in found if s.model_sha256 == sha), None)
+
+
+def collect_run(run_dir: Path) -> RunInfo:
+    """Everything ``tformer runs`` shows about one folder; never raises for a broken one."""
+    try:
+        ts = latest_write(run_dir)
+    except OSError:
+        ts = 0.0
+    base: dict[str, Any] = dict(
+        name=run_dir.name,
+        path=str(run_dir),
+        updated=datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+        if ts
+        else None,
+        updated_ts=ts,
+    )
+    running = is_running(run_dir)
+    pid = lock_holder(run_dir) if running else None
+    try:
+        config = RunConfig.load(run_dir)
+    except TformerError as e:
+        if running:  # before its config.json is written (tokenizer, data cache)
+            return RunInfo(state="running", detail=running_detail(pid, "setting up"), pid=pid,
+                           **base)  # fmt: skip
+        return RunInfo(state="broken", detail=str(e), **base)
+    m, t = config.model, config.train
+    try:
+        parameters: int | None = count_parameters(m)
+    except Exception:  # a model this version cannot build: the rest of the row still holds
+        parameters = None
+    info: dict[str, Any] = dict(
+        base,
+        data=t.data,
+        src_lang=t.src_lang,
+        tgt_lang=t.tgt_lang,
+        parameters=parameters,
+        encoder_layers=m.n_encoder_layers,
+        decoder_layers=m.n_decoder_layers,
+        d_model=m.d_model,
+        heads=m.h,
+        precision=t.precision,
+    )
+    try:
+        records = read_log(run_dir)
+    except TformerError as e:
+        if running:
+            return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+        return RunInfo(state="broken", detail=str(e), **info)
+    steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
+    epochs = [r["epoch"] for r in records if isinstance(r.get("epoch"), int) and "loss" in r]
+    valid = [r for r in records if isinstance(r.get("valid_bleu"), (int, float))]
+    best = max(valid, key=lambda r: r["valid_bleu"], default=None)
+    end = stop_record(records)
+    info.update(
+        updates=max(steps, default=0),
+        epochs=max(epochs, default=None),
+        best_valid_bleu=None if best is None else float(best["valid_bleu"]),
+        best_step=None if best is None else best.get("step"),
+        stopped_by=end.get("stopped_by"),
+    )
+    if isinstance(end.get("test_bleu"), (int, float)):
+        info.update(test_bleu=float(end["test_bleu"]), test_bleu_from="train")
+    stored = current_test_eval(run_dir, t.data)
+    greedy = (stored.report.get("greedy") or {}) if stored is not None else {}
+    if stored is not None and isinstance(greedy.get("bleu"), (int, float)):
+        beam = stored.report.get("beam") or {}
+        info.update(
+            test_bleu=float(greedy["bleu"]),
+            test_bleu_from="eval",
+            test_beam_bleu=beam.get("bleu"),
+            test_beam=beam.get("beam"),
+        )
+    has_model = (run_dir / "model.pt").is_file()
+    finished = is_stopping_rule(end.get("stopped_by")) or "test_bleu" in end
+    if running:
+        return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+    if finished and has_model:
+        return RunInfo(state="finished", detail=str(end.get("stopped_by") or "finished"), **info)
+    if finished:
+        return RunInfo(state="broken", detail="finished, but model.pt is missing", **info)
+    how = "Ctrl-C" if str(end.get("stopped_by", "")).startswith("interrupted") else "killed"
+    if not (run_dir / "last.pt").is_file():
+        how += " before its first save (resumes from step 0)"
+    return RunInfo(
+        state="interrupted", detail=how, resume=f"tformer train --resume {run_dir}", **info
+    )
+
+
+def running_detail(pid: int | None, doing: str = "training") -> str:
+    return f"{doing}, pid {pid}" if pid else doing
+
+
+def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
+    """Every run folder under ``runs_dir`` (hidden ones, like ``.cache``, left out), newest
+    first."""
+    if not runs_dir.is_dir():
+        what = "is not a folder" if runs_dir.exists() else "does not exist"
+        raise TformerError(f"{runs_dir} {what}: train a model first (tformer train), or give DIR")
+    folders = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return sorted(
+        map(collect_or_say_why, folders), key=lambda r: (r.updated_ts, r.name), reverse=True
+    )
+
+
+def collect_or_say_why(run_dir: Path) -> RunInfo:
+    """``collect_run``, with any failure to read the folder (permissions, odd file contents)
+    turned into a broken row: one folder never stops the listing of the others."""
+    try:
+        return collect_run(run_dir)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        reason = f"cannot be read ({type(e).__name__}: {e})"
+        return RunInfo(run_dir.name, str(run_dir), "broken", reason, None, 0.0)
+
+
+def find_run(run: Path, runs_dir: Path = RUNS_DIR) -> Path:
+    """A run given as a folder, or as a name under ``runs_dir``."""
+    if run.is_dir():
+        return run
+    if run.exists():
+        raise TformerError(f"{run} is a file; give a run folder (runs/NAME)")
+    if len(run.parts) == 1 and (runs_dir / run).is_dir():
+        return runs_dir / run
+    raise TformerError(f"no run folder {run} (nor {runs_dir / run}): see tformer runs")
+
+
+# ---------------------------------------------------------------------------- rendering
+STATE_STYLES = {"running": "bold cyan", "finished": "green", "interrupted": "yellow",
+                "broken": "bold red"}  # fmt: skip
+
+
+def short_data(info: RunInfo) -> str:
+    """``toy``, ``hf:NAME``, or a local path's last part; with the languages when set."""
+    data = info.data or "?"
+    if not data.startswith("hf:") and ("/" in data or os.sep in data):
+        data = Path(data).name or data
+    langs = f" {info.src_lang}-{info.tgt_lang}" if info.src_lang and info.tgt_lang else ""
+    return data + langs
+
+
+def model_size(info: RunInfo) -> str:
+    """``1.01M 2+2 d128``."""
+    if info.d_model is None:
+        return ""
+    n = "?" if info.parameters is None else f"{info.parameters / 1e6:.2f}M"
+    return f"{n} {info.encoder_layers}+{info.decoder_layers} d{info.d_model}"
+
+
+def test_cell(info: RunInfo) -> str:
+    if info.test_bleu is None:
+        return ""
+    beam = f"/{info.test_beam_bleu:.2f}" if info.test_beam_bleu is not None else ""
+    return f"{info.test_bleu:.2f}{beam}"
+
+
+def when(ts: float) -> str:
+    """``11-23 16:09`` this year, ``2025-11-23`` before."""
+    if not ts:
+        return ""
+    t = datetime.fromtimestamp(ts)
+    return t.strftime("%m-%d %H:%M" if t.year == datetime.now().year else "%Y-%m-%d")
+
+
+def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
+    """The runs as one rich table: one row per folder; the state cell of a broken one says why
+    (paths inside the run folder relative to it)."""
+    title = f"runs under {runs_dir}, newest first" if runs_dir is not None else "runs"
+    caption = (
+        "model: parameters, encoder+decoder layers, d_model; prec.: the --precision trained with;"
+        " valid BLEU: the best; test BLEU: greedy (/ beam k, from tformer eval)"
+    )
+    table = Table(
+        title=title, title_justify="left", caption=caption, caption_justify="left",
+        box=None, pad_edge=False, header_style="bold underline",
+    )  # fmt: skip
+    table.add_column("run", overflow="fold", max_width=28)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("data", overflow="fold", min_width=8, max_width=24)
+    table.add_column("model", no_wrap=True)
+    table.add_column("prec.", no_wrap=True)
+    table.add_column("updates", justify="right", no_wrap=True)
+    table.add_column("valid BLEU", justify="right", no_wrap=True)
+    table.add_column("test BLEU", justify="right", no_wrap=True)
+    table.add_column("state", overflow="fold", min_width=16, ratio=1)
+    for r in runs:
+        state = Text(r.state, style=STATE_STYLES.get(r.state, ""))
+        if r.detail and r.state != "finished":
+            detail = r.detail.replace(f"{r.path}{os.sep}", "").replace(r.path, "the folder")
+            state.append(f": {detail}", style="red" if r.state == "broken" else "dim")
+        table.add_row(
+            r.name,
+            when(r.updated_ts),
+            short_data(r) if r.data is not None else "",
+            model_size(r),
+            r.precision or "",
+            "" if r.updates is None else f"{r.updates:,}",
+            "" if r.best_valid_bleu is None else f"{r.best_valid_bleu:.2f}",
+            test_cell(r),
+            state,
+        )
+    return table
+
+
+def runs_json(runs: Sequence[RunInfo]) -> str:
+    """The rows as a JSON list, every field of ``RunInfo``."""
+    return json.dumps([dataclasses.asdict(r) for r in runs], indent=2, ensure_ascii=False) + "\n"
+
+
+def show_runs(runs_dir: Path | None, console: Console, as_json: bool = False) -> list[RunInfo]:
+    """``tformer runs [DIR] [--json]``: print the table (or the JSON) to ``console``."""
+    folder = RUNS_DIR if runs_dir is None else runs_dir
+    runs = list_runs(folder)
+    if as_json:
+        console.out(runs_json(runs), end="", highlight=False)
+    elif not runs:
+        console.print(f"no runs under {folder}/ yet: tformer train makes one", markup=False)
+    else:
+        console.print(render_runs(runs, folder))
+        if any(r.resume for r in runs):
+            console.print("resume an interrupted run: tformer train --resume RUN", style="dim")
+    return runs
