@@ -224,22 +224,23 @@ def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_ctrl_c_mid_run_saves_last_pt_and_reports_the_interruption(
-    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_mid_run_saves_last_pt_and_reports_the_interruption(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch, signum
 ):
-    """A real SIGINT during update 3: the update finishes, last.pt holds step 3, no test BLEU."""
-    import os
+    """A real SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption; torchrun stopping its
+    workers) during update 3: the update finishes, last.pt holds step 3, no test BLEU."""
     import signal
 
     step = Trainer._step
 
-    def step_then_ctrl_c(self, group):
+    def step_then_signal(self, group):
         result = step(self, group)
         if self.state.step == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), getattr(signal, signum))
         return result
 
-    monkeypatch.setattr(Trainer, "_step", step_then_ctrl_c)
+    monkeypatch.setattr(Trainer, "_step", step_then_signal)
     _, result = run(tmp_path / "run", tiny_corpus, max_steps=16, valid_every=100)
     assert result.interrupted and result.stopped_by == "interrupted (Ctrl-C)"
     assert result.state.step == 3 and result.test_bleu is None

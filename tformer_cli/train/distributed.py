@@ -12,6 +12,7 @@ rate is per update, so it needs no change with N.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -98,7 +99,12 @@ def launch(nproc: int, args: list[str], nnodes: str = "1", rdzv_endpoint: str | 
     else:
         command += ["--standalone"]
     command += ["-m", "tformer_cli", "train", *kept]
+    # Ctrl-C reaches torchrun and its workers too (one process group): this process waits
+    # for them to save and stop, rather than dying first and killing torchrun on its way out.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return subprocess.call(command)
     except OSError as e:
         raise TformerError(f"cannot start torchrun: {e.strerror or e}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)

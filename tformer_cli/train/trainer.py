@@ -247,7 +247,9 @@ def prepare(
 
 @contextmanager
 def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C sets a flag, so the loop finishes its step and saves; a second aborts."""
+    """A first Ctrl-C (SIGINT) or SIGTERM sets a flag, so the loop finishes its update and
+    saves; a second one aborts. SIGTERM is how a cluster scheduler preempts a job and how
+    torchrun stops its workers when Ctrl-C reaches it."""
     flag = [False]
 
     def handler(signum: int, frame: Any) -> None:
@@ -255,15 +257,17 @@ def stop_on_interrupt() -> Iterator[list[bool]]:
             raise KeyboardInterrupt
         flag[0] = True
 
+    stops = (signal.SIGINT, signal.SIGTERM)
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {s: signal.signal(s, handler) for s in stops}
     except ValueError:  # not the main thread: leave signals alone
         yield flag
         return
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 class Trainer:
