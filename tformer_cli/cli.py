@@ -103,6 +103,22 @@ Precision = Annotated[
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
 
 
+# eval and compare
+Split = Annotated[
+    str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
+]
+Limit = Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")]
+EvalBeam = Annotated[
+    int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
+]
+Alpha = Annotated[
+    float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
+]
+NoiseSeed = Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")]
+Threads = Annotated[
+    int, typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle.")
+]
+
 # ---------------------------------------------------------------------------- train
 M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
 
@@ -536,18 +552,10 @@ def evaluate(
     tgt_file: Annotated[
         Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
     ] = None,
-    split: Annotated[
-        str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
-    ] = "test",
-    limit: Annotated[
-        int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")
-    ] = None,
-    beam: Annotated[
-        int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
-    ] = 5,
-    alpha: Annotated[
-        float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
-    ] = 0.6,
+    split: Split = "test",
+    limit: Limit = None,
+    beam: EvalBeam = 5,
+    alpha: Alpha = 0.6,
     json_out: Annotated[
         Path | None,
         typer.Option("--json", help="Write every number, with its settings, as JSON here."),
@@ -556,16 +564,13 @@ def evaluate(
         Path | None,
         typer.Option(help="Write the hypotheses, one per line: beam if --beam > 1, else greedy."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")] = 1234,
+    seed: NoiseSeed = 1234,
     device: Device = "auto",
     precision: Annotated[
         str | None,
         typer.Option(help="fp32, bf16 or auto. Default: the precision the run was trained with."),
     ] = None,
-    threads: Annotated[
-        int,
-        typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle."),
-    ] = 0,
+    threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
     """Score a run: BLEU and chrF (greedy and beam), teacher-forced loss, and exposure bias.
@@ -650,19 +655,11 @@ def compare_command(
     ] = None,
     src: Annotated[str | None, typer.Option(help="Source language. Default: the runs'.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language. Default: the runs'.")] = None,
-    split: Annotated[
-        str, typer.Option(help="train, valid, test, or all: every pair of --data, in order.")
-    ] = "test",
-    limit: Annotated[
-        int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")
-    ] = None,
-    beam: Annotated[
-        int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
-    ] = 5,
-    alpha: Annotated[
-        float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
-    ] = 0.6,
-    seed: Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")] = 1234,
+    split: Split = "test",
+    limit: Limit = None,
+    beam: EvalBeam = 5,
+    alpha: Alpha = 0.6,
+    seed: NoiseSeed = 1234,
     save: Annotated[
         Path | None,
         typer.Option(
@@ -680,10 +677,7 @@ def compare_command(
         str | None,
         typer.Option(help="fp32, bf16 or auto. Default: the precision each run was trained with."),
     ] = None,
-    threads: Annotated[
-        int,
-        typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle."),
-    ] = 0,
+    threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
     """Compare runs on the same test data, with significance tests.
