@@ -429,5 +429,5 @@ def save_translations(path: Path, chunks: Iterable[Sequence[TextTranslation]], s
         with tmp.open("wb") as out:
             count = write_translations(chunks, out, style)
 
-    atomic_write(path, write)
+    atomic_write(path, write, durable=False)  # an output, not run state: no fsync
     return count
