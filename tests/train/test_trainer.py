@@ -242,7 +242,7 @@ def test_ctrl_c_or_sigterm_mid_run_saves_last_pt_and_reports_the_interruption(
 
     monkeypatch.setattr(Trainer, "_step", step_then_signal)
     _, result = run(tmp_path / "run", tiny_corpus, max_steps=16, valid_every=100)
-    assert result.interrupted and result.stopped_by == "interrupted (Ctrl-C)"
+    assert result.interrupted and result.stopped_by == "interrupted (Ctrl-C or SIGTERM)"
     assert result.state.step == 3 and result.test_bleu is None
     assert load_state(tmp_path / "run" / "last.pt")["state"]["step"] == 3
 

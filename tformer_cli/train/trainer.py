@@ -565,12 +565,12 @@ class Trainer:
         """Whether to stop after this update, decided once for every rank: rank 0's stopping
         rules (its clock, its validations) or a Ctrl-C on any rank."""
         w = self.world
-        reason = "interrupted (Ctrl-C)" if interrupted[0] else None
+        reason = "interrupted (Ctrl-C or SIGTERM)" if interrupted[0] else None
         if w.main:
             reason = reason or self._stop_reason()
         if w.size > 1 and agree(w, [reason is not None], self.device)[0] and reason is None:
             interrupted[0] = w.main  # only a Ctrl-C elsewhere stops rank 0 without a reason
-            reason = "interrupted (Ctrl-C)" if w.main else "stopped with rank 0"
+            reason = "interrupted (Ctrl-C or SIGTERM)" if w.main else "stopped with rank 0"
         return reason
 
     def _stop_reason(self) -> str | None:
