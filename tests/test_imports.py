@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("decode",),
     ("checkpoint",),
     ("model", "data"),  # siblings that know nothing of each other
-    ("config", "device", "files"),
+    ("config", "device", "files", "compile"),
     ("errors", "console", "__init__"),
 ]
 

@@ -216,6 +216,11 @@ def test_cross_attention_shares_memory_kv_across_beams(record):
         assert torch.allclose(shared_w, copied_w, atol=1e-6)
 
 
+def filled_slots(t: int, span: int) -> torch.Tensor:
+    """The additive mask (1, span) of a query at slot t over a buffer of ``span`` slots."""
+    return torch.zeros(1, span).masked_fill(torch.arange(span) > t, float("-inf"))
+
+
 def test_cached_self_attention_writes_keys_in_place_and_matches_full_pass():
     torch.manual_seed(6)
     m = MultiHeadAttention(16, 4, cross=False).eval()
@@ -224,7 +229,10 @@ def test_cached_self_attention_writes_keys_in_place_and_matches_full_pass():
     ptr = kv_buf.data_ptr()
     with torch.no_grad():
         full = m(x, causal_mask(5))
-        steps = [m(x[:, t : t + 1], None, cache=kv_buf, start=t) for t in range(5)]
+        steps = [
+            m(x[:, t : t + 1], filled_slots(t, 8), cache=kv_buf, slots=torch.tensor([t]))
+            for t in range(5)
+        ]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert kv_buf.data_ptr() == ptr
     assert torch.all(kv_buf[..., 5:, :] == 0) and torch.all(kv_buf[..., :5, :] != 0)

@@ -53,7 +53,7 @@ def test_embedding_is_token_vector_times_sqrt_d_model_plus_sinusoid(tiny_cfg):
             expected = E[int(tokens[b, t])] * math.sqrt(8) + pe[t]
             assert torch.allclose(out[b, t], expected, atol=1e-5)
     # decoding step t sees the position t, not 0
-    shifted = emb(tokens[:, 2:3], start=2).double()
+    shifted = emb(tokens[:, 2:3], torch.tensor([2])).double()
     assert torch.allclose(shifted[:, 0], E[tokens[:, 2]] * math.sqrt(8) + pe[2], atol=1e-5)
 
 
@@ -64,7 +64,7 @@ def test_learned_positions_are_added_per_position(tiny_cfg):
     assert not hasattr(emb, "sinusoid")
     tokens = torch.tensor([[4, 5, 6]])
     E, P = emb.tokens.weight.detach(), emb.learned.detach()
-    out = emb(tokens, start=1).detach()
+    out = emb(tokens, torch.arange(1, 1 + tokens.size(1))).detach()
     expected = E[tokens[0]] * math.sqrt(8) + P[1:4]
     assert torch.allclose(out[0], expected, atol=1e-6)
 

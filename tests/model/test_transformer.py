@@ -163,7 +163,7 @@ def test_cached_step_logits_equal_teacher_forced_logits(
         cache = model.init_cache(memory, src_mask, max_len=10)
         steps = []
         for t in range(7):
-            assert cache.length == t
+            assert cache.pos.item() == t  # the step index is a tensor, advanced in place
             steps.append(model.decode(y[:, t : t + 1], None, None, cache))
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
 
@@ -206,15 +206,15 @@ def test_cache_select_keeps_and_reorders_rows(tiny_model, token_batch, decoder_i
         memory, src_mask = model.encode(src)
         cache = model.init_cache(memory, src_mask, max_len=6)
         first = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(3)]
-        cache.select(rows, rows)
+        cache = cache.select(rows, rows)
         assert cache.self_kv.size(2) == 2 and cache.cross_kv.size(2) == 2
-        assert cache.src_mask.size(0) == 2 and cache.length == 3
+        assert cache.src_mask.size(0) == 2 and cache.pos.item() == 3
         later = [model.decode(y[rows, t : t + 1], None, None, cache) for t in range(3, 6)]
     assert torch.allclose(torch.cat(first, dim=1), full[:, :3], atol=ATOL, rtol=0)
     assert torch.allclose(torch.cat(later, dim=1), full[rows, 3:], atol=ATOL, rtol=0)
 
 
-def test_cache_with_beams_shares_memory_and_reorders_beam_rows(
+def test_cache_with_beams_shares_memory_and_reorders_beam_rows_in_place(
     tiny_model, token_batch, decoder_input
 ):
     """Two beams per sentence (rows s0b0 s0b1 s1b0 s1b1) against a pass with the source repeated."""
@@ -230,11 +230,32 @@ def test_cache_with_beams_shares_memory_and_reorders_beam_rows(
         first = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(3)]
         # beam 1 of sentence 0 is continued twice, sentence 1's beams swap places
         rows = torch.tensor([1, 1, 3, 2])
-        cache.select(rows)
+        address = cache.self_kv.data_ptr()
+        cache.reorder(rows)
+        assert cache.self_kv.data_ptr() == address  # a captured step still finds it
         later = [model.decode(y[rows, t : t + 1], None, None, cache) for t in range(3, 6)]
         reordered = model(src_rep, y[rows])
     assert torch.allclose(torch.cat(first, dim=1), full[:, :3], atol=ATOL, rtol=0)
     assert torch.allclose(torch.cat(later, dim=1), reordered[:, 3:], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("span", [4, 9])
+def test_a_step_over_fewer_or_more_slots_than_filled_gives_the_same_logits(
+    tiny_model, token_batch, decoder_input, span
+):
+    """The static-shape step attends over ``span`` slots with a mask of the filled ones: any
+    span that covers the filled slots gives the teacher-forced logits, and the unfilled slots
+    (here made huge) change nothing."""
+    model = tiny_model(seed=12)
+    src, y = token_batch([4, 6], seed=23), decoder_input([4, 4], seed=24)
+    with torch.inference_mode():
+        full = model(src, y)
+        memory, src_mask = model.encode(src)
+        cache = model.init_cache(memory, src_mask, max_len=9)
+        cache.self_kv.fill_(1e4)  # stale values from an earlier batch
+        cache.span = span
+        steps = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(4)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
 
 
 def test_logits_at_chosen_positions_equal_the_full_logits_there(

@@ -80,7 +80,8 @@ class StubModel(nn.Module):
         else:
             src = cache.cross_kv[0, 0, :, 0, :, 0].long()  # (B', S)
             src = src.repeat_interleave(y.size(0) // src.size(0), 0)  # (b, S): beams of a sentence
-            start, cache.length = cache.length, cache.length + y.size(1)
+            start = int(cache.pos)
+            cache.pos += y.size(1)
             logits = self.fn(src, y, start)
         return logits if at is None else logits[at]  # (b, T, V) or (N, V)
 
@@ -91,7 +92,7 @@ class StubModel(nn.Module):
         B = memory.size(0)
         rows = torch.zeros(1, 2, B * beams, 1, max_len, 1)  # (L, 2, B*n, h, T_max, d_k)
         cross = memory[None, None, :, None].expand(1, 2, -1, -1, -1, -1)  # (1, 2, B, 1, S, 1)
-        return DecoderCache(rows, cross, src_mask)
+        return DecoderCache(rows, cross, src_mask, torch.zeros((), dtype=torch.long), max_len)
 
 
 def bigram_stub(vocab_size: int = 8) -> StubModel:

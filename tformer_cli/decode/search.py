@@ -18,10 +18,11 @@ from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad, token_batches
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
+from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up
 from tformer_cli.device import inference
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write
-from tformer_cli.model import DecoderCache, Transformer
+from tformer_cli.model import Transformer
 
 DEFAULT = DecodeConfig()
 
@@ -48,166 +49,259 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions - 1)
 
 
-def next_logprobs(
-    model: Transformer,
-    y: Tensor,
-    memory: Tensor,
-    src_mask: Tensor,
-    cache: DecoderCache | None,
-    allow_eos: bool = True,
-) -> Tensor:
-    """log p(. | x, y) for the last position: (b, V), fp32. With a cache, y holds the newest
-    tokens only. ``<pad>`` and ``<s>`` are never generated (nor ``</s>`` unless ``allow_eos``),
-    but the other log-probabilities stay the model's own (no renormalisation), so scores equal
-    a teacher-forced pass's."""
-    if cache is None:  # y is the whole prefix: the output layer scores its last position only
-        last = torch.zeros_like(y, dtype=torch.bool)
-        last[:, -1] = True
-        logits = model.decode(y, memory, src_mask, None, at=last)  # (b, V)
-    else:
-        logits = model.decode(y, memory, src_mask, cache)[:, -1]  # (b, V)
-    logp = logits.float().log_softmax(dim=-1)  # (b, V)
-    for never in (PAD_ID, BOS_ID) if allow_eos else (PAD_ID, BOS_ID, EOS_ID):
-        logp.select(1, never).fill_(float("-inf"))  # a scalar fill: no host-to-device copy
-    return logp
+class Rows:
+    """The decoder state behind a search's rows, ``beams`` per sentence: the KV cache read by
+    the static-shape ``DecodeStep`` or, without a cache (for comparison and teaching), the
+    memory against which the whole prefix is decoded again at each step. Sentences (and their
+    rows) may be padded up to a bucket with copies of real ones; the search ignores them."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        src: Tensor,
+        beams: int,
+        max_len: int,
+        use_cache: bool,
+        compile: str,
+    ) -> None:
+        self.model, self.beams = model, beams
+        if use_cache:
+            self.step: DecodeStep | None = DecodeStep.of(model, compile)
+            self.cache = self.step.start(src, beams, max_len)
+            self.sentences = self.cache.src_mask.size(0)  # B' >= B
+            self.span_bucket = self.step.buckets.span
+        else:
+            self.step = None
+            self.memory, self.src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
+            self.sentences = src.size(0)
+        self.reorder: Tensor | None = None  # rows to reorder the cache by before the next step
+
+    def bucket(self, live: int) -> int:
+        """How many sentences the state keeps for ``live`` live ones."""
+        return self.step.buckets.sentences(live) if self.step is not None else live
+
+    def logprobs(self, y: Tensor, t: int) -> Tensor:
+        """log p(. | x, y_1..y_t) (R, V) for each row of y (R, >= t+1), ``<s>`` first."""
+        if self.step is None:  # the whole prefix; the output layer scores its last position
+            last = torch.zeros_like(y[:, : t + 1], dtype=torch.bool)
+            last[:, -1] = True
+            return next_logprobs(
+                self.model.decode(y[:, : t + 1], self.memory, self.src_mask, at=last)
+            )
+        self.cache.span = min(round_up(t + 1, self.span_bucket), self.cache.self_kv.size(4))
+        rows, self.reorder = self.reorder, None
+        return self.step(y[:, t], self.cache, rows)
+
+    def select(self, sentences: Tensor) -> None:
+        """Keep ``sentences`` (into B', with repeats) and their rows, reordered as pending."""
+        k = self.beams
+        rows = (sentences[:, None] * k + torch.arange(k, device=sentences.device)).flatten()
+        if self.reorder is not None:
+            rows, self.reorder = self.reorder[rows], None
+        if self.step is None:
+            self.memory, self.src_mask = self.memory[sentences], self.src_mask[sentences]
+        else:
+            self.cache = self.step.select(self.cache, rows, sentences)
+        self.sentences = sentences.numel()
+
+
+def padded_to(keep: Tensor, n: int) -> Tensor:
+    """``keep`` (m,) made n >= m long by repeating its last element."""
+    return keep[torch.arange(n, device=keep.device).clamp(max=keep.numel() - 1)]
 
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig = DEFAULT,
+    use_cache: bool = True,
+    compile: str = "auto",
 ) -> list[Hypothesis]:
     """Pick the most probable next token until ``</s>`` or the length limit, for a batch src (B, S).
 
     With the cache each step feeds only the newest token; without it the whole prefix is
-    decoded again (for comparison and teaching). Finished sentences leave the active batch.
+    decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
+    masked, until the live ones fit a smaller bucket; the one host transfer per step is the
+    number of live rows.
     """
-    B = src.size(0)
+    B, device = src.size(0), src.device
     limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
     T_max = int(limits.max())
-    memory, src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
-    cache = model.init_cache(memory, src_mask, T_max) if use_cache else None
-    y = torch.full((B, T_max + 1), PAD_ID, dtype=torch.long, device=src.device)  # <s> y_1 .. y_T
+    state = Rows(model, src, 1, T_max, use_cache, compile)
+    R = state.sentences
+    pad_rows = torch.arange(R, device=device) >= B  # (R,) copies of real rows
+    limits = padded_to(limits, R)
+    y = torch.full((R, T_max + 1), PAD_ID, dtype=torch.long, device=device)  # <s> y_1 .. y_T
     y[:, 0] = BOS_ID
-    logprob = torch.zeros(B, device=src.device)  # of each active row, as are y and limits
-    alive = torch.arange(B, device=src.device)  # original row of each active row
-    out: list[Hypothesis] = [None] * B  # type: ignore[list-item]
+    logprob = torch.zeros(R, device=device)
+    steps = torch.zeros(R, dtype=torch.long, device=device)  # tokens generated, </s> included
+    alive = ~pad_rows
+    row_of = torch.where(pad_rows, B, torch.arange(R, device=device))  # original row; B: none
+    done_y, done_logprob, done_steps = (
+        y.new_zeros((B + 1, T_max + 1)),
+        logprob.new_zeros(B + 1),
+        steps.new_zeros(B + 1),
+    )
+
+    def keep_results(rows: Tensor) -> None:  # rows: (n,) into the state's rows
+        done_y[row_of[rows]] = y[rows]
+        done_logprob[row_of[rows]] = logprob[rows]
+        done_steps[row_of[rows]] = steps[rows]
+
     for t in range(T_max):
-        inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
-        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b, V)
-        best_logp, best = logp.max(dim=-1)  # (b,), (b,): value and index in one pass
-        logprob += best_logp
-        y[:, t + 1] = best
-        done = (best == EOS_ID) | (limits <= t + 1)
-        if not done.any():
-            continue
-        for r in done.nonzero().flatten().tolist():
-            ended, lp = bool(best[r] == EOS_ID), float(logprob[r])
-            out[int(alive[r])] = Hypothesis(y[r, 1 : t + 1 + (not ended)].tolist(), lp, lp, ended)
-        keep = (~done).nonzero().flatten()
-        if keep.numel() == 0:
+        logp = state.logprobs(y, t)  # (R, V)
+        if t < cfg.min_len:
+            logp.select(1, EOS_ID).fill_(float("-inf"))
+        best_logp, best = logp.max(dim=-1)  # (R,), (R,): value and index in one pass
+        logprob = torch.where(alive, logprob + best_logp, logprob)
+        y[:, t + 1] = torch.where(alive, best, PAD_ID)
+        steps = torch.where(alive, t + 1, steps)
+        alive = alive & (best != EOS_ID) & (limits > t + 1)
+        live = int(alive.sum())  # the step's one host transfer
+        if live == 0:
             break
-        alive, y, logprob, limits = alive[keep], y[keep], logprob[keep], limits[keep]
-        if cache is not None:
-            cache.select(keep, keep)
-        else:
-            memory, src_mask = memory[keep], src_mask[keep]
+        if state.bucket(live) < y.size(0):  # fewer rows: finished ones leave
+            finished = (~alive).nonzero().flatten()
+            keep_results(finished)
+            keep = padded_to(alive.nonzero().flatten(), state.bucket(live))  # (R',)
+            state.select(keep)
+            repeat = torch.arange(keep.numel(), device=device) >= live
+            y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
+            alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
+    keep_results(torch.arange(y.size(0), device=device))
+    ended = done_y.gather(1, done_steps[:, None]).squeeze(1) == EOS_ID  # (B+1,)
+    out = []
+    for tokens, lp, n, eos in zip(
+        done_y[:B].tolist(),
+        done_logprob[:B].tolist(),
+        done_steps[:B].tolist(),
+        ended[:B].tolist(),
+        strict=True,
+    ):
+        out.append(Hypothesis(tokens[1 : n + 1 - eos], lp, lp, eos))
     return out
 
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig = DEFAULT,
+    use_cache: bool = True,
+    compile: str = "auto",
 ) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
     ``logprob / lp(|Y|)``.
 
     Beams are flattened to (B*k) rows, sentence-major. Each step: add every continuation's
     log-probability to its beam's score, take the top 2k of the sentence's k*V candidates;
-    those in the top k that end in ``</s>`` are finished, the best k others live on (the cache
-    rows reordered to follow them). A sentence is done when it has k finished hypotheses and no
+    those in the top k that end in ``</s>`` are finished and merged into the sentence's n best
+    finished ones (tensors, n = max(k, nbest)), the best k others live on (the cache rows
+    reordered to follow them). A sentence is done when it has k finished hypotheses and no
     live beam can still beat the worst of them: scores only fall as tokens are added, so a live
     beam's best reachable normalised score is its score over lp at the length that maximises it.
-    Done sentences leave the batch; cross-attention K, V stay one copy per sentence.
+    Done sentences stay, masked, until the live ones fit a smaller bucket; the one host
+    transfer per step is the number of live sentences. Cross-attention K, V stay one copy per
+    sentence.
     """
     k, B, device = cfg.beam, src.size(0), src.device
+    n = max(k, cfg.nbest)
     limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
     T_max = int(limits.max())
-    memory, src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
-    if use_cache:
-        cache = model.init_cache(memory, src_mask, T_max, beams=k)
-    else:
-        cache = None
-        memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
-    y = torch.full((B * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
+    state = Rows(model, src, k, T_max, use_cache, compile)
+    b = state.sentences
+    limits = padded_to(limits, b)
+    done = torch.arange(b, device=device) >= B  # (b,) padding sentences are done from the start
+    sent_of = torch.where(done, B, torch.arange(b, device=device))  # original sentence; B: none
+    y = torch.full((b * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
     y[:, 0] = BOS_ID
-    scores = torch.full((B, k), float("-inf"), device=device)
+    scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: expand only the first at step 0
-    sent = torch.arange(B, device=device)  # original index of each active sentence
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    rank = torch.arange(2 * k, device=device)
+    # the n best finished hypotheses of each sentence, best first: score, then tokens, logprob,
+    # token count and whether </s> ended it (else the length limit did)
+    fin_score = scores.new_full((b, n), float("-inf"))
+    fin = (y.new_full((b, n, T_max + 1), PAD_ID), scores.new_zeros((b, n)),
+           y.new_zeros((b, n)), torch.zeros((b, n), dtype=torch.bool, device=device))  # fmt: skip
+    out_score = fin_score.new_full((B + 1, n), float("-inf"))
+    out = tuple(x.new_zeros((B + 1, *x.shape[1:])) for x in fin)
+
+    def keep_results(sentences: Tensor) -> None:  # (m,) into the state's sentences
+        at = sent_of[sentences]
+        out_score[at] = fin_score[sentences]
+        for o, f in zip(out, fin, strict=True):
+            o[at] = f[sentences]
+
+    first_k = torch.arange(2 * k, device=device) < k  # (2k,)
     for t in range(T_max):
-        b = sent.numel()
-        inp = y[:, t : t + 1] if cache is not None else y[:, : t + 1]
-        logp = next_logprobs(model, inp, memory, src_mask, cache, t >= cfg.min_len)  # (b*k, V)
+        logp = state.logprobs(y, t)  # (b*k, V)
+        if t < cfg.min_len:
+            logp.select(1, EOS_ID).fill_(float("-inf"))
         V = logp.size(-1)
-        cand = logp.add_(scores.view(-1, 1)).view(b, k * V)  # (b, k*V), in place
+        cand = (logp + scores.view(-1, 1)).view(b, k * V)  # (b, k*V)
         top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
         beam, token = idx // V, idx % V  # (b, 2k)
-        at_limit = limits[sent] <= t + 1  # (b,)
-        ends = ((token == EOS_ID) | at_limit[:, None]) & (rank[: top.size(1)] < k) & top.isfinite()
-        for i, j in ends.nonzero().tolist():
-            eos = bool(token[i, j] == EOS_ID)
-            prefix = y[int(i * k + beam[i, j]), 1 : t + 1].tolist()
-            toks = prefix if eos else [*prefix, int(token[i, j])]
-            lp = float(top[i, j])
-            finished[int(sent[i])].append(
-                Hypothesis(toks, lp, lp / length_penalty(t + 1, cfg.alpha), eos)
+        parent = torch.arange(b, device=device)[:, None] * k + beam  # (b, 2k): rows of y
+        at_limit = limits <= t + 1  # (b,)
+        eos = token == EOS_ID
+        ends = (eos | at_limit[:, None]) & first_k[: top.size(1)] & top.isfinite() & ~done[:, None]
+        # the candidates that end now, merged into the finished ones: (b, n + 2k) -> (b, n)
+        new_y = y[parent.flatten()].view(b, -1, T_max + 1)  # (b, 2k, T_max + 1)
+        new_y[:, :, t + 1] = token.masked_fill(eos, PAD_ID)  # </s> is no token of the output
+        new_score = (top / length_penalty(t + 1, cfg.alpha)).masked_fill(~ends, float("-inf"))
+        fin_score, pick = torch.cat([fin_score, new_score], dim=1).topk(n, dim=1)  # (b, n)
+        new = (new_y, top, (t + 1) - eos.long(), eos)
+        fin = tuple(
+            torch.cat([f, x], dim=1).gather(
+                1, pick.view(b, n, *[1] * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
             )
-        live_scores, pos = top.masked_fill(token == EOS_ID, float("-inf")).topk(k, dim=1)  # (b, k)
-        rows = (
-            torch.arange(b, device=device)[:, None] * k + beam.gather(1, pos)
-        ).flatten()  # (b*k,)
+            for f, x in zip(fin, new, strict=True)
+        )
+        # the best k that do not end live on
+        scores, pos = top.masked_fill(eos, float("-inf")).topk(k, dim=1)  # (b, k)
+        rows = parent.gather(1, pos).flatten()  # (b*k,)
         y = y[rows]
         y[:, t + 1] = token.gather(1, pos).flatten()
-        scores = live_scores
-        done = at_limit.clone()
-        for i in (~at_limit).nonzero().flatten().tolist():
-            hyps = finished[int(sent[i])]
-            if len(hyps) >= k:
-                worst = sorted(h.score for h in hyps)[-k]
-                reach = max(
-                    length_penalty(t + 2, cfg.alpha),
-                    length_penalty(int(limits[sent[i]]), cfg.alpha),
-                )
-                best_reachable = float(scores[i, 0]) / reach  # scores are <= 0
-                done[i] = best_reachable <= worst
-        if done.any():
-            keep = (~done).nonzero().flatten()  # (b',)
-            if keep.numel() == 0:
-                break
-            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()  # (b'*k,)
-            sent, scores, y, rows = (
-                sent[keep],
-                scores[keep],
-                y[keep_rows],
-                rows.view(b, k)[keep].flatten(),
-            )
-            if cache is None:
-                memory, src_mask = memory[keep_rows], src_mask[keep_rows]
-            else:
-                cache.select(rows, keep)
-        elif cache is not None:
-            cache.select(rows)
-    return [sorted(h, key=lambda h: -h.score)[: cfg.nbest] for h in finished]
+        state.reorder = rows
+        reach = length_penalty(limits.clamp(min=t + 2), cfg.alpha)  # (b,) lp's max ahead
+        beaten = scores[:, 0] / reach <= fin_score[:, k - 1]  # (b,) nothing live beats the k-th
+        done = done | at_limit | beaten
+        live = int((~done).sum())  # the step's one host transfer
+        if live == 0:
+            break
+        if state.bucket(live) < b:  # fewer sentences: done ones leave
+            keep_results(done.nonzero().flatten())
+            keep = padded_to((~done).nonzero().flatten(), state.bucket(live))  # (b',)
+            state.select(keep)
+            repeat = torch.arange(keep.numel(), device=device) >= live
+            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()
+            y, scores, limits, fin_score = y[keep_rows], scores[keep], limits[keep], fin_score[keep]
+            fin = tuple(f[keep] for f in fin)
+            done, sent_of = repeat, torch.where(repeat, B, sent_of[keep])
+            b = keep.numel()
+    keep_results(torch.arange(b, device=device))
+    nbest = []
+    for scs, ys, lps, ns, eoss in zip(*(x[:B].tolist() for x in (out_score, *out)), strict=True):
+        hyps = [
+            Hypothesis(toks[1 : steps + 1], lp, sc, eos)
+            for sc, toks, lp, steps, eos in zip(scs, ys, lps, ns, eoss, strict=True)
+            if sc > float("-inf")
+        ]
+        nbest.append(hyps[: cfg.nbest])
+    return nbest
 
 
 def search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig = DEFAULT, use_cache: bool = True
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig = DEFAULT,
+    use_cache: bool = True,
+    compile: str = "auto",
 ) -> list[list[Hypothesis]]:
     """Greedy for ``beam == 1``, else beam search: the n-best list of each sentence of src."""
     if cfg.beam == 1:
-        return [[h] for h in greedy_search(model, src, cfg, use_cache)]
-    return beam_search(model, src, cfg, use_cache)
+        return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
+    return beam_search(model, src, cfg, use_cache, compile)
 
 
 @dataclass(frozen=True)

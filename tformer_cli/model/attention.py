@@ -78,14 +78,15 @@ class MultiHeadAttention(nn.Module):
         *,
         kv: Tensor | None = None,
         cache: Tensor | None = None,
-        start: int = 0,
+        slots: Tensor | None = None,
         causal: bool = False,
     ) -> Tensor:
         """Attend from x (B, T, d) and return (B, T, d).
 
-        Self-attention with a ``cache``, the preallocated K, V buffer (2, B, h, T_max, d_k): the
-        new keys and values are written in place at slots ``start .. start+T`` and the queries
-        attend to slots ``0 .. start+T``. Cross-attention takes the memory's projected ``kv``
+        Self-attention with a ``cache``, the K, V buffer (2, B, h, span, d_k): the new keys and
+        values are written in place at ``slots`` (T,), and the queries attend to every slot of
+        the buffer, ``mask`` (T, span) hiding those not yet filled: the shapes stay the same
+        from one decoding step to the next. Cross-attention takes the memory's projected ``kv``
         (2, B', h, S, d_k); if it holds B' sentences and x holds B = n * B' rows (n beams per
         sentence, sentence-major), the n beams become extra query rows of their sentence, so
         K, V are never copied per beam.
@@ -102,9 +103,8 @@ class MultiHeadAttention(nn.Module):
             if cache is None:
                 q, k, v = qkv.unbind(0)  # 3 x (B, h, T, d_k)
             else:
-                cache.narrow(3, start, T).copy_(qkv[1:])  # the new K, V: (2, B, h, T, d_k)
-                q, (k, v) = qkv[0], cache.narrow(3, 0, start + T).unbind(0)
-                # K, V: (B, h, start + T, d_k), the cached slots and the new ones
+                cache.index_copy_(3, slots, qkv[1:])  # the new K, V: (2, B, h, T, d_k)
+                q, (k, v) = qkv[0], cache.unbind(0)  # K, V: (B, h, span, d_k)
         B, h, T, d_k = q.shape
         n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
         if n > 1:

@@ -63,9 +63,12 @@ class Embeddings(nn.Module):
     def positions(self) -> Tensor:
         return self.learned if self.is_learned else self.sinusoid
 
-    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
-        """tokens (B, T) at positions start .. start+T -> (B, T, d_model)."""
-        pe = self.positions[start : start + tokens.size(1)]  # (T, d_model)
+    def forward(self, tokens: Tensor, slots: Tensor | None = None) -> Tensor:
+        """tokens (B, T) at positions 0 .. T-1, or at ``slots`` (T,) -> (B, T, d_model)."""
+        T = tokens.size(1)
+        pe = (
+            self.positions[:T] if slots is None else self.positions.index_select(0, slots)
+        )  # (T, d)
         return dropout(self.tokens(tokens) * self.scale + pe, self.p, self.training)
 
 
@@ -135,13 +138,13 @@ class DecoderLayer(nn.Module):
         memory_kv: Tensor,
         src_mask: Tensor,
         cache: Tensor | None = None,
-        start: int = 0,
+        slots: Tensor | None = None,
         causal: bool = False,
     ) -> Tensor:
-        """y (B, T, d) -> (B, T, d); ``cache``, ``start``, ``causal`` as in
+        """y (B, T, d) -> (B, T, d); ``cache``, ``slots``, ``causal`` as in
         ``MultiHeadAttention.forward``."""
         y = self.res_self(
-            y, lambda y: self.self_attn(y, tgt_mask, cache=cache, start=start, causal=causal)
+            y, lambda y: self.self_attn(y, tgt_mask, cache=cache, slots=slots, causal=causal)
         )
         y = self.res_cross(y, lambda y: self.cross_attn(y, src_mask, kv=memory_kv))
         return self.res_ffn(y, self.ffn)

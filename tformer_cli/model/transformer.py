@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from tformer_cli.config import ModelConfig
-from tformer_cli.model.attention import MultiHeadAttention, causal_mask, padding_mask
+from tformer_cli.model.attention import MultiHeadAttention, padding_mask
 from tformer_cli.model.layers import DecoderLayer, Embeddings, EncoderLayer
 
 PAD_ID = 0
@@ -16,35 +16,54 @@ PAD_ID = 0
 
 @dataclass
 class DecoderCache:
-    """Decoder state for incremental decoding: one or more new tokens per row and step.
+    """Decoder state for incremental decoding, static in shape from step to step.
 
-    Self-attention keys/values live in a preallocated buffer written in place at slot ``length``
-    (never grown by ``torch.cat``). Cross-attention keys/values are projected from the memory
-    once, per sentence: during beam search a sentence's n beams share them.
+    Self-attention keys/values live in a preallocated buffer written in place at slot ``pos``,
+    a tensor on the model's device (not a Python int, so one compiled or captured step serves
+    every position); each step's queries attend to the first ``span`` slots of the buffer, with
+    an additive mask hiding the slots not yet filled. ``span`` is the only host-side length: the
+    search sets it from a few buckets (the whole buffer by default). Cross-attention
+    keys/values are projected from the memory once, per sentence: during beam search a
+    sentence's n beams share them.
     """
 
     self_kv: Tensor  # (L, 2, B, h, T_max, d_k): K and V of each decoder layer
     cross_kv: Tensor  # (L, 2, B', h, S, d_k), B' sentences, B = n * B' rows
     src_mask: Tensor  # (B', 1, 1, S)
-    length: int = 0
-    spare: Tensor | None = None  # a buffer of self_kv's shape for ``select``
+    pos: Tensor  # (), long: slots 0 .. pos-1 are filled, the next token goes to slot pos
+    span: int  # slots attended to: pos + (new tokens) <= span <= T_max
 
-    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep or reorder decoder ``rows`` (index into B) and memory ``sentences`` (into B').
+    def reorder(self, rows: Tensor) -> None:
+        """Row i of the buffer becomes row ``rows[i]`` (beam search), in place: the buffer
+        keeps its address, so a captured step still reads and writes it."""
+        filled = self.self_kv.narrow(4, 0, self.span)  # (L, 2, B, h, span, d_k)
+        filled.copy_(filled.index_select(2, rows))
 
-        The ``length`` filled slots of the chosen rows are gathered in one copy into a spare
-        buffer, which then swaps places with the current one (beam search reorders every step).
-        """
-        t, (L, _, B, h, T_max, d_k) = self.length, self.self_kv.shape
-        if self.spare is None or rows.numel() != B:  # first reorder, or rows leave: new buffer
-            self.spare = self.self_kv.new_empty((L, 2, rows.numel(), h, T_max, d_k))
-        spare = self.spare
-        torch.index_select(self.self_kv[..., :t, :], 2, rows, out=spare[..., :t, :])
-        self.spare = self.self_kv if rows.numel() == B else None
-        self.self_kv = spare
-        if sentences is not None:
-            self.cross_kv = self.cross_kv.index_select(2, sentences)
-            self.src_mask = self.src_mask.index_select(0, sentences)
+    def select(
+        self, rows: Tensor, sentences: Tensor, into: DecoderCache | None = None
+    ) -> DecoderCache:
+        """A cache of the decoder ``rows`` (index into B) and memory ``sentences`` (into B'):
+        fewer rows once some are finished. ``into``: buffers of the new shape to fill
+        (kept across batches by a captured step), else new ones."""
+        if into is None:
+            L, _, _, h, T_max, d_k = self.self_kv.shape
+            into = DecoderCache(
+                self.self_kv.new_zeros((L, 2, rows.numel(), h, T_max, d_k)),  # finite: masked slots
+                self.cross_kv.new_empty(
+                    (*self.cross_kv.shape[:2], sentences.numel(), *self.cross_kv.shape[3:])
+                ),
+                self.src_mask.new_empty((sentences.numel(), *self.src_mask.shape[1:])),
+                self.pos.clone(),
+                self.span,
+            )
+        torch.index_select(
+            self.self_kv.narrow(4, 0, self.span), 2, rows, out=into.self_kv.narrow(4, 0, self.span)
+        )
+        torch.index_select(self.cross_kv, 2, sentences, out=into.cross_kv)
+        torch.index_select(self.src_mask, 0, sentences, out=into.src_mask)
+        into.pos.copy_(self.pos)
+        into.span = self.span
+        return into
 
 
 class Transformer(nn.Module):
@@ -98,20 +117,25 @@ class Transformer(nn.Module):
         end of a target, so a real position never sees a padded one.
         """
         T = y.size(1)
-        start = 0 if cache is None else cache.length
-        x = self.tgt_embed(y, start)  # (B, T, d)
-        causal = start == 0 and T > 1  # a square causal mask: the attention kernel's own
-        tgt_mask = causal_mask(start + T, y.device)[start:] if T > 1 and not causal else None
         if cache is None:
             assert memory is not None and src_mask is not None
+            x = self.tgt_embed(y)  # (B, T, d)
+            causal = T > 1  # the square causal mask: the attention kernel's own
             for layer in self.decoder:
-                x = layer(x, tgt_mask, layer.cross_attn.project_kv(memory), src_mask, causal=causal)
+                x = layer(x, None, layer.cross_attn.project_kv(memory), src_mask, causal=causal)
         else:
+            slots = cache.pos + torch.arange(T, device=y.device)  # (T,) positions of y
+            x = self.tgt_embed(y, slots)  # (B, T, d)
+            filled = torch.arange(cache.span, device=y.device) <= slots[:, None]  # (T, span)
+            tgt_mask = torch.zeros(filled.shape, device=y.device).masked_fill(
+                ~filled, float("-inf")
+            )
             for layer, self_kv, cross_kv in zip(
                 self.decoder, cache.self_kv.unbind(0), cache.cross_kv.unbind(0), strict=True
             ):
-                x = layer(x, tgt_mask, cross_kv, cache.src_mask, self_kv, start, causal)
-            cache.length += T
+                kv = self_kv.narrow(3, 0, cache.span)  # (2, B, h, span, d_k)
+                x = layer(x, tgt_mask, cross_kv, cache.src_mask, kv, slots)
+            cache.pos += T  # in place: a replayed step advances it too
         x = self.decoder_norm(x)
         if at is not None:
             x = x[at] if at.dtype == torch.bool else x.flatten(0, 1).index_select(0, at)  # (N, d)
@@ -126,13 +150,15 @@ class Transformer(nn.Module):
     def init_cache(
         self, memory: Tensor, src_mask: Tensor, max_len: int, beams: int = 1
     ) -> DecoderCache:
-        """Empty self-attention buffers for ``beams`` rows per sentence, and the memory's K, V."""
+        """Empty self-attention buffers of ``max_len`` slots for ``beams`` rows per sentence,
+        and the memory's K, V."""
         B, L, h, d_k = memory.size(0), len(self.decoder), self.cfg.h, self.cfg.d_k
         cross_kv = torch.stack(
             [layer.cross_attn.project_kv(memory) for layer in self.decoder]
         )  # (L, 2, B, h, S, d_k)
-        self_kv = cross_kv.new_empty((L, 2, B * beams, h, max_len, d_k))
-        return DecoderCache(self_kv, cross_kv, src_mask)
+        self_kv = cross_kv.new_zeros((L, 2, B * beams, h, max_len, d_k))
+        pos = torch.zeros((), dtype=torch.long, device=memory.device)
+        return DecoderCache(self_kv, cross_kv, src_mask, pos, max_len)
 
     def column_major(self) -> Transformer:
         """Store each weight matrix column-major, values and shapes unchanged, for inference on CPU.

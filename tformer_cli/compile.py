@@ -1,0 +1,92 @@
+"""One way to compile, shared by the decode step and the training step: ``--compile auto|on|off``.
+
+``off`` runs the eager function; ``on`` compiles it with ``torch.compile``; ``auto`` asks the
+caller, who knows where compiling measured faster (per device, precision and amount of work).
+A compiled function falls back to eager, with a one-line notice, when compiling fails; the
+first call's compile time is reported. Inductor's on-disk cache lives under
+``~/.cache/tformer/inductor`` (or ``$TORCHINDUCTOR_CACHE_DIR``), so a second run reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from tformer_cli.errors import TformerError
+
+MODES = ("auto", "on", "off")
+R = TypeVar("R")
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of ``auto``, ``on``, ``off``; else a one-line error."""
+    if mode not in MODES:
+        raise TformerError(f"unknown --compile {mode!r}: use auto, on or off")
+    return mode
+
+
+def wanted(mode: str, auto: bool) -> bool:
+    """Whether to compile: ``on`` yes, ``off`` no, ``auto`` what the caller measured (``auto``)."""
+    return {"on": True, "off": False}.get(check_mode(mode), auto)
+
+
+def keep_inductor_cache() -> None:
+    """Point Inductor's on-disk cache at a folder that survives reboots (unless already set)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tformer"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default / "inductor"))
+
+
+class Compiled(Generic[R]):
+    """``fn`` under ``torch.compile``, compiled on its first call (timed: ``seconds``), or ``fn``
+    itself from then on where compiling failed (``notice`` says why, on one line)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., R],
+        name: str,
+        on_notice: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> None:
+        keep_inductor_cache()
+        self.eager, self.name, self.on_notice = fn, name, on_notice
+        self.compiled: Callable[..., R] | None = torch.compile(fn, **options)
+        self.seconds: float | None = None  # compile time, once the first call has run
+        self.notice: str | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.compiled is None:
+            return self.eager(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            out = self.compiled(*args, **kwargs)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # Dynamo/Inductor errors, at the first call or a recompile
+            self.compiled = None
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.notice = f"compiling the {self.name} failed ({reason[:160]}); running it eagerly"
+            if self.on_notice is not None:
+                self.on_notice(self.notice)
+            return self.eager(*args, **kwargs)
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - start
+            if self.on_notice is not None:
+                self.on_notice(f"compiled the {self.name} in {self.seconds:.1f} s")
+        return out
+
+
+def maybe_compile(
+    fn: Callable[..., R],
+    mode: str,
+    auto: bool,
+    name: str,
+    on_notice: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Callable[..., R]:
+    """``Compiled(fn, ...)`` where ``wanted(mode, auto)``, else ``fn`` unchanged."""
+    return Compiled(fn, name, on_notice, **options) if wanted(mode, auto) else fn

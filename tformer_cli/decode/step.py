@@ -1,0 +1,195 @@
+"""One static-shape decoding step, the only one the searches use: log p(. | x, y_<t) for the next
+token of every row, from the KV cache (DESIGN.md section 5).
+
+Its shapes do not change as the output grows: the step index is the cache's ``pos`` tensor, the
+self-attention buffer is attended over a ``span`` of slots with a mask of the filled ones, and
+beam search reorders the buffer in place. Rows, source length and span are rounded up to a few
+buckets (``Buckets``), so that a handful of shapes serves a whole evaluation. The same eager
+function then runs in one of three ways (``--compile``):
+
+- eager (CPU by default: a step there streams its weights from memory, and compiling it measured
+  slower at batch 1; see README "Speed");
+- ``torch.compile`` (``--compile on`` on CPU), one graph per bucket;
+- a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
+  which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
+  tens of seconds, so even one sentence pays for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tformer_cli.compile import maybe_compile, wanted
+from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
+from tformer_cli.model import DecoderCache, Transformer
+
+
+def round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def next_logprobs(logits: Tensor) -> Tensor:
+    """log p(. | x, y_<t) (R, V), fp32, from the logits (R, V) of the last position. ``<pad>``
+    and ``<s>`` are never generated; the other log-probabilities stay the model's own (no
+    renormalisation), so scores equal a teacher-forced pass's."""
+    logp = logits.float().log_softmax(dim=-1)  # (R, V)
+    logp[:, PAD_ID] = float("-inf")
+    logp[:, BOS_ID] = float("-inf")
+    return logp
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """How the step's shape axes are rounded up. Exact sizes (1) where shapes cost nothing to
+    change (eager); powers of two for rows, multiples for lengths where each shape is a graph."""
+
+    rows: bool = False  # round rows (sentences) up to a power of two
+    source: int = 1  # round the source length up to a multiple of this
+    span: int = 16  # round the attended self-attention slots up to a multiple of this
+
+    def sentences(self, n: int) -> int:
+        return 1 << (n - 1).bit_length() if self.rows else n
+
+
+EAGER = Buckets()
+GRAPHS = Buckets(rows=True, source=16, span=32)
+_STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, DecodeStep]] = weakref.WeakKeyDictionary()
+
+
+class DecodeStep:
+    """The next-token log-probabilities of every row of a cache, eager, compiled or replayed
+    from a CUDA graph: ``step(tokens, cache, rows)``.
+
+    ``compile``: ``auto`` (CUDA graphs on CUDA, eager on CPU), ``on`` or ``off``. ``on_notice``
+    hears the one-line notices (compile time, a fallback to eager).
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        compile: str = "auto",
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
+        self.model = model
+        device = next(model.parameters()).device
+        self.graphs = device.type == "cuda" and wanted(compile, auto=True)
+        self.fn = (
+            self.eager
+            if self.graphs
+            else maybe_compile(self.eager, compile, False, "decode step", on_notice, dynamic=False)
+        )
+        self.buckets = GRAPHS if self.graphs or self.fn is not self.eager else EAGER
+        self.captured: dict[tuple, _Graph] = {}
+        self.pool: dict[tuple, DecoderCache] = {}  # buffers that captured graphs read and write
+        self.mempool = torch.cuda.graph_pool_handle() if self.graphs else None
+
+    @classmethod
+    def of(cls, model: Transformer, compile: str = "auto") -> DecodeStep:
+        """The step kept for this model and mode, so that graphs and buffers made for one batch
+        (or one call: a server's requests, a file's chunks) serve the next."""
+        steps = _STEPS.setdefault(model, {})
+        if compile not in steps:
+            steps[compile] = cls(model, compile)
+        return steps[compile]
+
+    def eager(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+        """tokens (R,) at slot ``cache.pos`` -> ``next_logprobs`` (R, V), after reordering the
+        cache's rows by ``rows`` (R,) if given."""
+        if rows is not None:
+            cache.reorder(rows)
+        return next_logprobs(self.model.decode(tokens[:, None], None, None, cache)[:, -1])
+
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
+        if not self.graphs:
+            return self.fn(tokens, cache, rows)
+        key = (*cache.self_kv.shape, *cache.cross_kv.shape, cache.span, rows is not None)
+        graph = self.captured.get(key)
+        if graph is None or graph.cache is not cache:
+            graph = self.captured[key] = _Graph(self.eager, tokens, cache, rows, self.mempool)
+        return graph(tokens, rows)
+
+    def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+        """Encode src (B, S) and return an empty cache for ``beams`` rows per sentence and
+        ``max_len`` tokens, its sentences, source length and slots rounded up to the buckets
+        (padding rows repeat the last sentence, so every row attends to something real)."""
+        B, S = src.shape
+        S_bucket = max(S, min(round_up(S, self.buckets.source), self.model.cfg.max_positions))
+        padded = src.new_full((self.buckets.sentences(B), S_bucket), PAD_ID)
+        padded[:B, :S] = src
+        padded[B:, :S] = src[-1]
+        memory, src_mask = self.model.encode(padded)  # (B', S', d), (B', 1, 1, S')
+        cache = self.model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
+        if not self.graphs:
+            return cache
+        return self.pooled(cache)
+
+    def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
+        """The cache of ``rows`` (into B) and ``sentences`` (into B'), fewer than it holds:
+        new buffers when eager, else the ones kept for that shape."""
+        if not self.graphs:
+            return cache.select(rows, sentences)
+        key = self.key(cache, rows.numel(), sentences.numel())
+        kept = cache.select(rows, sentences, into=self.pool.get(key))
+        return self.pool.setdefault(key, kept)
+
+    def key(self, cache: DecoderCache, rows: int, sentences: int) -> tuple:
+        return (rows, sentences, cache.self_kv.size(4), cache.cross_kv.size(4))  # R, B', T, S
+
+    def pooled(self, cache: DecoderCache) -> DecoderCache:
+        """``cache`` copied into the buffers kept for its shape (so graphs captured on them in
+        an earlier batch replay as they are), or kept as those buffers if none are yet."""
+        key = self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0))
+        kept = self.pool.get(key)
+        if kept is None:
+            self.pool[key] = cache
+            return cache
+        kept.cross_kv.copy_(cache.cross_kv)
+        kept.src_mask.copy_(cache.src_mask)
+        kept.pos.zero_()
+        kept.span = cache.span
+        return kept
+
+
+class _Graph:
+    """The eager step captured in a CUDA graph for one cache's buffers and span: ``tokens`` and
+    ``rows`` are copied into static inputs, the graph replays, and its static output (R, V)
+    is returned (valid until the next replay)."""
+
+    def __init__(
+        self,
+        fn: Callable[[Tensor, DecoderCache, Tensor | None], Tensor],
+        tokens: Tensor,
+        cache: DecoderCache,
+        rows: Tensor | None,
+        mempool: tuple,
+    ) -> None:
+        self.cache = cache
+        self.tokens = tokens.clone()
+        self.rows = None if rows is None else rows.clone()
+        scratch = DecoderCache(
+            cache.self_kv.clone(), cache.cross_kv, cache.src_mask, cache.pos.clone(), cache.span
+        )
+        # bf16 autocast casts the weights inside the graph: a cast kept in autocast's cache
+        # would be freed with the context, under a graph that still reads it
+        bf16 = torch.is_autocast_enabled("cuda")
+        no_cast_cache = torch.autocast("cuda", torch.get_autocast_dtype("cuda"), bf16, False)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), no_cast_cache:  # warm-up (lazy initialisation), on a copy
+            fn(self.tokens, scratch, self.rows)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=mempool), no_cast_cache:  # recorded, not run
+            self.out = fn(self.tokens, cache, self.rows)
+
+    def __call__(self, tokens: Tensor, rows: Tensor | None) -> Tensor:
+        self.tokens.copy_(tokens)
+        if rows is not None:
+            self.rows.copy_(rows)
+        self.graph.replay()
+        return self.out
