@@ -1,25 +1,32 @@
 """Decoding throughput: tokens/s and sentences/s, measured side by side in one run.
 
-Greedy and beam 5 at batch 1 (several sentences, one at a time) and batch 32, with and without
-our KV cache, against Hugging Face ``generate()`` on a ``MarianMTModel`` of equal dimensions
-and against CTranslate2 (that model converted) when the ``bench`` extra is installed. Every
-system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until then
-(our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
-``min_decoding_length``), so all do the same work on random weights. Our cached and uncached
-runs share one model. CTranslate2 runs in a worker process of its own (its OpenMP runtime
-slows torch's down when both live in one process). Rounds are interleaved; each figure is the
-median over rounds. Multi-threaded timings collapse when other jobs share the cores: the header
-says how busy they were; ``--threads 1`` is the steadier comparison on a shared machine.
+Greedy and beam 5 at batch 1 (several sentences, one at a time) and batch 32, for each
+precision (fp32; int8 on CPU; bf16 where the device computes it fast): our search; the
+"floor", the same weights through the bare static-shape step (argmax only, no search
+bookkeeping, beam's rows without reordering), so the search's overhead is a number; our search
+without the KV cache (fp32); Hugging Face ``generate()`` on a ``MarianMTModel`` of equal
+dimensions as shipped, and at its best (static cache and a compiled forward, where that
+works); and CTranslate2 (that model converted, CPU) when the ``bench`` extra is installed.
+Every system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until
+then (our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
+``min_decoding_length``), so all do the same work on random weights. int8 is the same
+quantization (``tformer_cli.model.quantize``) of the Linear layers for us and for HF, and
+CTranslate2's own int8. CTranslate2 runs in a worker process of its own (its OpenMP runtime
+slows torch's down when both live in one process). Rounds are interleaved, the order of
+systems rotated; each figure is the median over rounds. Multi-threaded timings collapse when
+other jobs share the cores: the header says how busy they were.
 
-    python benchmarks/bench_decode.py              # full table, about 2-3 minutes on 2 cores
-    python benchmarks/bench_decode.py --threads 1  # the same, one thread per system
-    python benchmarks/bench_decode.py --quick      # one round, 2 sentences at batch 1
-    python benchmarks/bench_decode.py --profile    # and where a greedy step's time goes
+    python benchmarks/bench_decode.py                  # full table, CPU, several minutes
+    python benchmarks/bench_decode.py --device cuda    # on a GPU: CUDA graphs, fp32 and bf16
+    python benchmarks/bench_decode.py --quick          # one round, 2 sentences at batch 1
+    python benchmarks/bench_decode.py --json out.json  # every figure, for the README's table
+    python benchmarks/bench_decode.py --profile        # and where a greedy step's time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import random
@@ -38,8 +45,10 @@ from tformer_cli.config import DecodeConfig, ModelConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tformer_cli.decode.search import search
-from tformer_cli.device import cpu_model, setup_threads
+from tformer_cli.decode.step import DecodeStep, round_up
+from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup_threads
 from tformer_cli.model import Transformer
+from tformer_cli.model.quantize import quantize_int8
 
 Run = Callable[[Tensor, int, int], list[int]]  # (src (B, S), beam, length) -> generated lengths
 
@@ -59,7 +68,7 @@ class Setting:
 class System:
     name: str
     run: Run
-    greedy_only: bool = False  # skip beam settings (the uncached path under --quick)
+    greedy_only: bool = False  # skip beam settings (the uncached path)
 
 
 def busy_cores(seconds: float = 0.5) -> float:
@@ -87,12 +96,35 @@ def random_sources(n: int, vocab: int, seed: int) -> list[list[int]]:
     ]
 
 
-def tformer_run(model: Transformer, use_cache: bool) -> Run:
+def tformer_run(
+    model: Transformer, use_cache: bool, compile: str, dtype: torch.dtype | None
+) -> Run:
     """Our real search path, with ``min_len = max_len`` so that every sentence is full length."""
 
     def run(src: Tensor, beam: int, length: int) -> list[int]:
         cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
-        return [len(nbest[0].tokens) for nbest in search(model, src, cfg, use_cache)]
+        with inference(src.device, dtype):
+            return [len(nbest[0].tokens) for nbest in search(model, src, cfg, use_cache, compile)]
+
+    return run
+
+
+def floor_run(model: Transformer, compile: str, dtype: torch.dtype | None) -> Run:
+    """The bare step: the same static-shape ``DecodeStep`` the search uses, fed its own argmax,
+    at the search's rows (sentences x beams), without reordering, stopping rule or n-best."""
+
+    def run(src: Tensor, beam: int, length: int) -> list[int]:
+        with inference(src.device, dtype):
+            step = DecodeStep.of(model, compile)
+            cache = step.start(src, beam, length)
+            tokens = torch.full((cache.self_kv.size(2),), BOS_ID, device=src.device)
+            for t in range(length):
+                cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
+                logp = step(tokens, cache)
+                logp[:, EOS_ID] = float("-inf")
+                tokens = logp.argmax(dim=-1)
+            tokens.tolist()  # the host waits for the last step, as the search's output does
+        return [length] * src.size(0)
 
     return run
 
@@ -118,14 +150,16 @@ def marian(cfg: ModelConfig) -> Any | None:
     return MarianMTModel(hf_cfg).eval()
 
 
-def hf_run(model: Any) -> Run:
-    """``generate()`` with the cache; ``min_new_tokens`` forbids ``</s>`` until ``length``."""
+def hf_run(model: Any, static: bool = False) -> Run:
+    """``generate()`` with the cache; ``min_new_tokens`` forbids ``</s>`` until ``length``.
+    ``static``: its preallocated static cache (for a compiled forward)."""
+    extra = {"cache_implementation": "static"} if static else {}
 
     def run(src: Tensor, beam: int, length: int) -> list[int]:
         with torch.inference_mode():
             out = model.generate(
                 input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False,
-                max_new_tokens=length, min_new_tokens=length, use_cache=True,
+                max_new_tokens=length, min_new_tokens=length, use_cache=True, **extra,
             )  # fmt: skip
         # out: (B, 1 + generated), the decoder start token first; no row may have ended early
         assert not (out[:, 1:] == EOS_ID).any(), "Hugging Face generated </s> before min length"
@@ -134,8 +168,21 @@ def hf_run(model: Any) -> Run:
     return run
 
 
-def ctranslate2_run(model: Any, threads: int, workdir: str) -> Run | str:
-    """CTranslate2 on the converted Marian model, or the reason it cannot be measured."""
+def hf_best(model: Any, src: Tensor, mode: str) -> Run | str:
+    """HF at its best: the static cache with its forward compiled (``mode`` ``reduce-overhead``:
+    CUDA graphs on a GPU), as Hugging Face documents for fast generation; or why not."""
+    model.forward = torch.compile(model.forward, mode=mode, fullgraph=True)
+    run = hf_run(model, static=True)
+    try:
+        run(src, 1, 4)
+    except Exception as e:  # any failure is the reason to report
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+    return run
+
+
+def ctranslate2_run(model: Any, threads: int, workdir: str, compute_type: str) -> Run | str:
+    """CTranslate2 on the converted Marian model (``compute_type``: float32, int8...), or the
+    reason it cannot be measured."""
     try:
         from ctranslate2.converters import Converter
         from ctranslate2.converters.transformers import BartLoader, MarianMTLoader
@@ -167,7 +214,9 @@ def ctranslate2_run(model: Any, threads: int, workdir: str) -> Run | str:
         return f"conversion failed ({type(e).__name__}: {e})"
     ctx = multiprocessing.get_context("spawn")
     conn, child_conn = ctx.Pipe()
-    worker = ctx.Process(target=ctranslate2_worker, args=(path, threads, child_conn), daemon=True)
+    worker = ctx.Process(
+        target=ctranslate2_worker, args=(path, threads, compute_type, child_conn), daemon=True
+    )
     worker.start()  # a daemon: it ends with the benchmark
     ready = conn.recv()  # "ready" once the model is loaded, else why not
     if ready != "ready":
@@ -180,7 +229,7 @@ def ctranslate2_run(model: Any, threads: int, workdir: str) -> Run | str:
     return run
 
 
-def ctranslate2_worker(path: str, threads: int, conn: Connection) -> None:
+def ctranslate2_worker(path: str, threads: int, compute_type: str, conn: Connection) -> None:
     """Serve ``translate_batch`` calls from a process of its own.
 
     CTranslate2 bundles its own OpenMP runtime; once it has run in the benchmark's process,
@@ -191,7 +240,7 @@ def ctranslate2_worker(path: str, threads: int, conn: Connection) -> None:
         import ctranslate2
 
         translator = ctranslate2.Translator(
-            path, device="cpu", compute_type="float32", inter_threads=1, intra_threads=threads
+            path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
         )
     except Exception as e:  # tell the benchmark why, rather than leave it waiting
         conn.send(f"{type(e).__name__}: {e}")
@@ -234,6 +283,80 @@ def step_profile(run: Run, src: Tensor, length: int) -> tuple[float, float, floa
     return wall * per_step, kernels * per_step / 1e6, (ops - kernels) * per_step / 1e6
 
 
+@dataclass
+class Precision:
+    """One precision's systems: ``name``, our autocast dtype, and the models it runs."""
+
+    name: str
+    dtype: torch.dtype | None
+    systems: list[System]
+
+
+def precisions(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> list[str]:
+    """fp32 everywhere; int8 on CPU; bf16 on CUDA and on CPUs that compute it fast."""
+    if args.precisions:
+        return args.precisions.split(",")
+    fast_bf16 = device.type == "cuda" or cpu_has_fast_bf16()
+    return ["fp32", *(["int8"] if device.type == "cpu" else []), *(["bf16"] if fast_bf16 else [])]
+
+
+def build(
+    args: argparse.Namespace, cfg: ModelConfig, device: torch.device, threads: int, workdir: str
+) -> tuple[list[Precision], list[str], list[str]]:
+    """Every precision's systems, the package versions and the notes on what was not measured."""
+    versions, notes, out = [f"torch {torch.__version__}"], [], []
+    sample = pad(random_sources(1, args.vocab, seed=1)).to(device)
+    for name in precisions(args, cfg, device):
+        torch.manual_seed(0)
+        model = Transformer(cfg).eval()
+        dtype = torch.bfloat16 if name == "bf16" else None
+        if name == "int8":
+            model = quantize_int8(model)
+        elif device.type == "cpu":
+            model = model.column_major()
+        model = model.to(device)
+        systems = [
+            System("tformer", tformer_run(model, True, args.compile, dtype)),
+            System("tformer floor (bare step)", floor_run(model, args.compile, dtype)),
+        ]
+        if name == "fp32" and not args.no_cache_row:
+            systems.append(
+                System("tformer, no cache", tformer_run(model, False, "off", dtype), True)
+            )
+        hf = None if args.no_hf and args.no_ct2 else marian(cfg)  # CTranslate2 converts it
+        if hf is None and not (args.no_hf and args.no_ct2):
+            notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
+        if hf is not None and not args.no_ct2 and device.type == "cpu" and name != "bf16":
+            ct2 = ctranslate2_run(
+                hf, threads, os.path.join(workdir, name), {"fp32": "float32"}.get(name, name)
+            )
+            if isinstance(ct2, str):
+                notes.append(f"CTranslate2 {name}: not measured ({ct2})")
+            else:
+                systems.append(System("CTranslate2", ct2))
+        if hf is not None and not args.no_hf:
+            if name == "int8":
+                hf = quantize_int8(hf)
+            hf = hf.to(device, torch.bfloat16 if name == "bf16" else None)
+            systems.append(System("HF generate()", hf_run(hf)))
+            if not args.no_hf_best and name != "int8":
+                best = hf_best(marian(cfg).to(device, dtype), sample, args.hf_compile_mode)
+                if isinstance(best, str):
+                    notes.append(f"HF static cache + compile, {name}: not measured ({best})")
+                else:
+                    systems.append(System("HF static cache, compiled", best))
+        out.append(Precision(name, dtype, systems))
+    if any(s.name.startswith("HF") for p in out for s in p.systems):
+        import transformers
+
+        versions.append(f"transformers {transformers.__version__}")
+    if any(s.name == "CTranslate2" for p in out for s in p.systems):
+        import ctranslate2
+
+        versions.append(f"ctranslate2 {ctranslate2.__version__}")
+    return out, versions, notes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round, 2 sentences at batch 1")
@@ -243,9 +366,18 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--length", type=int, default=64, help="tokens generated per sentence")
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precisions", default="", help="e.g. fp32,int8,bf16 (default: by device)")
+    parser.add_argument("--compile", default="auto", help="our step: auto, on or off")
     parser.add_argument("--threads", type=int, default=0, help="0: every core (setup_threads)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate()")
+    parser.add_argument("--no-hf-best", action="store_true", help="skip HF's static+compiled row")
+    parser.add_argument(
+        "--hf-compile-mode", default="reduce-overhead", help="torch.compile mode of HF's best row"
+    )
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument("--no-cache-row", action="store_true", help="skip our uncached search")
+    parser.add_argument("--json", metavar="FILE", help="write every figure to FILE")
     parser.add_argument(
         "--profile", action="store_true", help="also: where a greedy step's time goes, vs HF"
     )
@@ -256,102 +388,91 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
+    device = torch.device(args.device)
     busy_before, started = busy_cores(), time.perf_counter()
 
     cfg = ModelConfig(
         vocab_size=args.vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=3,
         n_decoder_layers=3, dropout=0.0,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = Transformer(cfg).eval().column_major()
-    systems = [
-        System("tformer, cache", tformer_run(model, use_cache=True)),
-        System("tformer, no cache", tformer_run(model, use_cache=False), greedy_only=args.quick),
-    ]
-    versions, notes = [f"torch {torch.__version__}"], []
-    hf = None if args.no_hf and args.no_ct2 else marian(cfg)  # CTranslate2 converts it
-    if hf is not None:
-        import transformers
-
-        versions.append(f"transformers {transformers.__version__}")
-        if not args.no_hf:
-            systems.append(System("HF generate()", hf_run(hf)))
-    elif not (args.no_hf and args.no_ct2):
-        notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
     workdir = tempfile.TemporaryDirectory()
-    if hf is not None and not args.no_ct2:
-        ct2 = ctranslate2_run(hf, threads, workdir.name)
-        if isinstance(ct2, str):
-            notes.append(f"CTranslate2: not measured ({ct2})")
-        else:
-            import ctranslate2
-
-            versions.append(f"ctranslate2 {ctranslate2.__version__}")
-            systems.append(System("CTranslate2", ct2))
+    variants, versions, notes = build(args, cfg, device, threads, workdir.name)
 
     sources = random_sources(max(args.batch, args.sentences), args.vocab, seed=0)
     settings = [Setting(b, n) for b in (1, args.beam) for n in (1, args.batch)]
     work = {  # each setting's batches (B, S): sentences one at a time, or one padded batch
-        s: [pad([x]) for x in sources[: args.sentences]]
+        s: [pad([x]).to(device) for x in sources[: args.sentences]]
         if s.batch == 1
-        else [pad(sources[: args.batch])]
+        else [pad(sources[: args.batch]).to(device)]
         for s in settings
     }
     n_sent = {s: sum(b.size(0) for b in work[s]) for s in settings}
-    timed = {s: [m for m in systems if s.beam == 1 or not m.greedy_only] for s in settings}
-
-    for s, here in timed.items():  # warm-up: short outputs, every batch shape once
-        for m in here:
-            m.run(work[s][0], s.beam, 4)
-    seconds: dict[tuple[Setting, str], list[float]] = {}
+    jobs = [  # (precision, setting, system)
+        (p, s, m) for p in variants for s in settings for m in p.systems
+        if s.beam == 1 or not m.greedy_only
+    ]  # fmt: skip
+    for _, s, m in jobs:  # warm-up: short outputs, every batch shape once (graphs, compiles)
+        m.run(work[s][0], s.beam, 4)
+        m.run(work[s][0], s.beam, args.length)
+    seconds: dict[tuple[str, Setting, str], list[float]] = {}
     for r in range(args.rounds):
-        for s, here in timed.items():
-            for m in here[r % len(here) :] + here[: r % len(here)]:  # rotate the order per round
-                t = time.perf_counter()
-                lengths = [n for src in work[s] for n in m.run(src, s.beam, args.length)]
-                seconds.setdefault((s, m.name), []).append(time.perf_counter() - t)
-                if lengths != [args.length] * n_sent[s]:
-                    raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
+        for p in variants:
+            for s in settings:
+                here = [m for q, t, m in jobs if q is p and t == s]
+                for m in here[r % len(here) :] + here[: r % len(here)]:  # rotate the order
+                    t = time.perf_counter()
+                    lengths = [n for src in work[s] for n in m.run(src, s.beam, args.length)]
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    seconds.setdefault((p.name, s, m.name), []).append(time.perf_counter() - t)
+                    if lengths != [args.length] * n_sent[s]:
+                        raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
 
     seconds_all, busy_after = time.perf_counter() - started, busy_cores()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"# {cpu_model()}, {cores} cores, torch and CTranslate2 threads: {threads}; other jobs"
-          f" kept {busy_before:.2f} cores busy before, {busy_after:.2f} after;"
-          f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    if threads > 1 and max(busy_before, busy_after) > 0.25:
-        print("# warning: other jobs were running; multi-threaded timings suffer most from them"
-              " (compare --threads 1)")  # fmt: skip
-    print(f"# {', '.join(versions)}")
-    print(f"# model {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d={cfg.d_model},"
-          f" h={cfg.h}, FFN {cfg.d_ff}, vocab {cfg.vocab_size}, fp32, random weights;"
-          f" sources 16-24 tokens + </s>")  # fmt: skip
-    print(f"# {args.length} tokens generated per sentence by every system; batch 1:"
-          f" {args.sentences} sentences one at a time; rounds: {args.rounds} (median)")  # fmt: skip
-    for note in notes:
-        print(f"# {note}")
+    where = cpu_model() if device.type == "cpu" else torch.cuda.get_device_name(device)
+    header = [
+        f"{where}; CPU {cpu_model()}, {cores} cores, torch and CTranslate2 threads: {threads};"
+        f" other jobs kept {busy_before:.2f} cores busy before, {busy_after:.2f} after",
+        ", ".join(versions) + f"; {time.strftime('%Y-%m-%d')}",
+        f"model {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d={cfg.d_model}, h={cfg.h},"
+        f" FFN {cfg.d_ff}, vocab {cfg.vocab_size}, random weights; sources 16-24 tokens + </s>;"
+        f" our step: --compile {args.compile}",
+        f"{args.length} tokens generated per sentence by every system; batch 1:"
+        f" {args.sentences} sentences one at a time; rounds: {args.rounds} (median)",
+        *notes,
+    ]
+    for line in header:
+        print(f"# {line}")
     print()
-    print("| setting | system | tok/s | sent/s | vs HF generate | cache / no cache |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| precision | setting | system | tok/s | vs HF generate | vs floor |")
+    print("|---|---|---|---:|---:|---:|")
     median = {key: statistics.median(v) for key, v in seconds.items()}
-    for s in settings:
-        hf_t = median.get((s, "HF generate()"))
-        nocache_t = median.get((s, "tformer, no cache"))
-        for m in systems:
-            if (s, m.name) not in median:
-                continue
-            t = median[(s, m.name)]
-            vs_hf = f"{hf_t / t:.2f}x" if hf_t else "-"
-            speedup = f"{nocache_t / t:.1f}x" if m.name == "tformer, cache" and nocache_t else "-"
-            print(f"| {s.label} | {m.name} | {n_sent[s] * args.length / t:,.0f}"
-                  f" | {n_sent[s] / t:,.1f} | {vs_hf} | {speedup} |")  # fmt: skip
-    if any(m.name == "CTranslate2" for m in systems):
-        ratios = ", ".join(
-            f"{s.label}: {median[(s, 'CTranslate2')] / median[(s, 'tformer, cache')]:.2f}x"
-            for s in settings
-        )
-        print(f"\ntformer (cache) throughput / CTranslate2: {ratios}")
+    rows = []
+    for p in variants:
+        for s in settings:
+            hf_t = median.get((p.name, s, "HF generate()"))
+            floor_t = median.get((p.name, s, "tformer floor (bare step)"))
+            for m in p.systems:
+                if (p.name, s, m.name) not in median:
+                    continue
+                t = median[(p.name, s, m.name)]
+                row = {
+                    "precision": p.name, "setting": s.label, "beam": s.beam, "batch": s.batch,
+                    "system": m.name, "tok_per_s": n_sent[s] * args.length / t,
+                    "sent_per_s": n_sent[s] / t, "vs_hf": hf_t / t if hf_t else None,
+                    "vs_floor": floor_t / t if floor_t else None,
+                }  # fmt: skip
+                rows.append(row)
+                vs_hf = f"{row['vs_hf']:.2f}x" if hf_t else "-"
+                vs_floor = f"{row['vs_floor']:.2f}" if m.name.startswith("tformer") else "-"
+                print(f"| {p.name} | {s.label} | {m.name} | {row['tok_per_s']:,.0f} | {vs_hf}"
+                      f" | {vs_floor} |")  # fmt: skip
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"header": header, "rows": rows}, f, indent=1)
     if args.profile:
-        print_profile(systems, work, settings, args.length)
+        print_profile(variants[0].systems, work, settings, args.length)
     print(f"\n# {seconds_all:.0f} s in all")
     workdir.cleanup()
 
@@ -359,13 +480,13 @@ def main() -> None:
 def print_profile(
     systems: list[System], work: dict[Setting, list[Tensor]], settings: list[Setting], length: int
 ) -> None:
-    """A table of ``step_profile`` for tformer (cache) and HF, greedy at each batch size."""
+    """A table of ``step_profile`` for tformer and HF, greedy at each batch size."""
     print("\nWhere a greedy step's time goes (ms per step; kernels: matmuls and attention):\n")
     print("| setting | system | step (wall) | kernels | other ops | Python and dispatch |")
     print("|---|---|---:|---:|---:|---:|")
     for s in (s for s in settings if s.beam == 1):
         for m in systems:
-            if m.name in ("tformer, cache", "HF generate()"):
+            if m.name in ("tformer", "HF generate()"):
                 wall, kernels, ops = step_profile(m.run, work[s][0], length)
                 rest = max(0.0, wall - kernels - ops)
                 print(f"| {s.label} | {m.name} | {wall:.2f} | {kernels:.2f} | {ops:.2f}"

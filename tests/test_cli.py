@@ -205,6 +205,20 @@ def test_translate_prints_one_line_per_input_in_order(tmp_path, make_run):
         assert alone.stdout.splitlines() == [line]
 
 
+@pytest.mark.parametrize("options", [["--precision", "int8"], ["--compile", "off"]])
+def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
+    tmp_path, make_run, options
+):
+    run_dir, _ = make_run(tmp_path / "run")
+    args = ["--model", str(run_dir), "--device", "cpu", "--max-len-b", "3", *options]
+    result = invoke("translate", "red cat", "one", *args)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 2
+    bad = invoke("translate", "red cat", *args[:-1], "int4" if "int8" in options else "maybe")
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+
+
 def test_a_blank_line_of_a_file_gives_a_blank_line_in_its_place(tmp_path, make_run):
     run_dir, _ = make_run(tmp_path / "run")
     (tmp_path / "in.txt").write_text("red cat\n \t \none\n", encoding="utf-8")

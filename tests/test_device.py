@@ -204,3 +204,14 @@ def test_without_proc_stat_the_load_average_decides(monkeypatch):
 
     monkeypatch.setattr(device.os, "getloadavg", no_load_average)
     assert free_cores() == 4
+
+
+def test_int8_is_an_inference_precision_on_the_cpu_only():
+    assert resolve_precision("int8", CPU, inference=True) == torch.qint8
+    assert precision_name(CPU, torch.qint8) == "int8"
+    with pytest.raises(TformerError, match="int8 runs on the CPU; on a GPU use --precision bf16"):
+        resolve_precision("int8", CUDA, inference=True)
+    with pytest.raises(TformerError, match=r"use fp32, bf16 or auto$"):  # training: no int8
+        resolve_precision("int8", CPU)
+    with pytest.raises(TformerError, match=r"use fp32, bf16, int8 \(CPU\) or auto$"):
+        resolve_precision("int4", CPU, inference=True)

@@ -23,12 +23,14 @@ import torch
 from tokenizers import Tokenizer
 
 from tformer_cli import __version__
+from tformer_cli.compile import check_mode
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
+from tformer_cli.model.quantize import quantize_int8
 
 RUNS_DIR = Path("runs")
 FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
@@ -171,7 +173,7 @@ def resolve_run(model: Path | None) -> Path:
 
 @dataclass
 class LoadedRun:
-    """A trained run ready for inference."""
+    """A trained run ready for inference; ``compile``: how its decode step runs (``--compile``)."""
 
     run_dir: Path
     config: RunConfig
@@ -179,11 +181,26 @@ class LoadedRun:
     tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype | None
+    compile: str = "auto"
 
 
-def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") -> LoadedRun:
-    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode
-    (column-major weights on CPU)."""
+def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | None) -> Transformer:
+    """``net`` (eval mode, on ``device``) as inference runs it: int8 Linear layers
+    (``torch.qint8``, CPU); column-major weights on the CPU; on a GPU in bf16, weights kept in
+    bf16, which is what autocast casts them to at every call (a CUDA graph would repeat the
+    casts at every step)."""
+    if dtype == torch.qint8:
+        return quantize_int8(net)
+    if device.type == "cpu":
+        return net.column_major()
+    return net.to(torch.bfloat16) if dtype == torch.bfloat16 else net
+
+
+def load_run(
+    model: Path | None, device: str = "auto", precision: str = "fp32", compile: str = "auto"
+) -> LoadedRun:
+    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode, ready
+    for inference (``for_inference``)."""
     run_dir = resolve_run(model)
     config = RunConfig.load(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
@@ -199,12 +216,6 @@ def load_run(model: Path | None, device: str = "auto", precision: str = "fp32") 
         raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
     setup_threads()
     dev = resolve_device(device)
-    net = net.to(dev).eval()
-    return LoadedRun(
-        run_dir,
-        config,
-        net.column_major() if dev.type == "cpu" else net,
-        tokenizer,
-        dev,
-        resolve_precision(precision, dev, config.model.d_model),
-    )
+    dtype = resolve_precision(precision, dev, config.model.d_model, inference=True)
+    net = for_inference(net.to(dev).eval(), dev, dtype)
+    return LoadedRun(run_dir, config, net, tokenizer, dev, dtype, check_mode(compile))

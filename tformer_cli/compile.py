@@ -3,13 +3,15 @@
 ``off`` runs the eager function; ``on`` compiles it with ``torch.compile``; ``auto`` asks the
 caller, who knows where compiling measured faster (per device, precision and amount of work).
 A compiled function falls back to eager, with a one-line notice, when compiling fails; the
-first call's compile time is reported. Inductor's on-disk cache lives under
-``~/.cache/tformer/inductor`` (or ``$TORCHINDUCTOR_CACHE_DIR``), so a second run reuses it.
+first call's compile time is reported (on stderr unless the caller takes the notices).
+Inductor's on-disk cache lives under ``~/.cache/tformer/inductor`` (or
+``$TORCHINDUCTOR_CACHE_DIR``), so a second run reuses it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +55,8 @@ class Compiled(Generic[R]):
         **options: Any,
     ) -> None:
         keep_inductor_cache()
-        self.eager, self.name, self.on_notice = fn, name, on_notice
+        self.eager, self.name = fn, name
+        self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
         self.compiled: Callable[..., R] | None = torch.compile(fn, **options)
         self.seconds: float | None = None  # compile time, once the first call has run
         self.notice: str | None = None
@@ -70,13 +73,11 @@ class Compiled(Generic[R]):
             self.compiled = None
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.notice = f"compiling the {self.name} failed ({reason[:160]}); running it eagerly"
-            if self.on_notice is not None:
-                self.on_notice(self.notice)
+            self.on_notice(self.notice)
             return self.eager(*args, **kwargs)
         if self.seconds is None:
             self.seconds = time.perf_counter() - start
-            if self.on_notice is not None:
-                self.on_notice(f"compiled the {self.name} in {self.seconds:.1f} s")
+            self.on_notice(f"compiled the {self.name} in {self.seconds:.1f} s")
         return out
 
 

@@ -59,16 +59,23 @@ def cuda_native_bf16(device: torch.device | None = None) -> bool:
 
 
 def resolve_precision(
-    precision: str, device: torch.device, d_model: int = 512
+    precision: str, device: torch.device, d_model: int = 512, inference: bool = False
 ) -> torch.dtype | None:
-    """The autocast dtype (``None`` = fp32). ``auto``: bf16 where it is fast: on CUDA GPUs
+    """The compute dtype: ``None`` = fp32, bf16 (autocast), or, for inference on the CPU only
+    (``inference``), ``torch.qint8``: int8 Linear weights (``model/quantize.py``).
+    ``auto``: bf16 where it is fast: on CUDA GPUs
     with bf16 hardware (``cuda_native_bf16``; older ones train in plain fp32, without TF32,
     which they lack too), and on CPUs with bf16 matrix units for models at least
     ``BF16_MIN_WIDTH`` wide. ``bf16`` asked for by name also runs emulated on older GPUs."""
     if precision == "fp32":
         return None
+    if precision == "int8" and inference:
+        if device.type != "cpu":
+            raise TformerError("int8 runs on the CPU; on a GPU use --precision bf16")
+        return torch.qint8
     if precision not in ("bf16", "auto"):
-        raise TformerError(f"unknown precision {precision!r}: use fp32, bf16 or auto")
+        named = "fp32, bf16, int8 (CPU) or auto" if inference else "fp32, bf16 or auto"
+        raise TformerError(f"unknown precision {precision!r}: use {named}")
     if device.type == "cuda":
         if cuda_native_bf16(device) or (precision == "bf16" and torch.cuda.is_bf16_supported()):
             return torch.bfloat16
@@ -83,13 +90,15 @@ def resolve_precision(
     return None  # auto on a small model, or a device without fast bf16
 
 
-DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"}
 
 
 def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
     """The precision matrix products actually run in, for logs and reports: ``bf16 autocast``
     (any autocast dtype: ``<dtype> autocast``), ``tf32`` (fp32 weights and activations, but
     CUDA matmuls on TF32 tensor cores: 10-bit mantissa inputs) or ``fp32``."""
+    if dtype == torch.qint8:
+        return "int8"
     if dtype is not None:
         return f"{DTYPE_NAMES.get(dtype, str(dtype))} autocast"
     tf32 = (
@@ -114,8 +123,9 @@ def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """Mixed precision for the forward pass; weights and optimizer state stay fp32."""
-    if dtype is None:
+    """Mixed precision for the forward pass; weights and optimizer state stay fp32. None for
+    fp32 and int8 (its Linear layers compute in int8 by themselves)."""
+    if dtype is None or dtype == torch.qint8:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 

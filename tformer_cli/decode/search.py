@@ -105,6 +105,33 @@ class Rows:
         self.sentences = sentences.numel()
 
 
+class LiveCount:
+    """How many entries of a device mask are True, for the host: at once on the CPU; one step
+    late on a GPU, where the count travels through pinned memory while the next step is
+    already queued, so that the GPU never idles waiting for the host (the price: at most one
+    step past the last live row, its updates masked)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.lag = device.type == "cuda"
+        if self.lag:
+            self.counts = torch.zeros(2, dtype=torch.long, pin_memory=True)
+            self.ready = [torch.cuda.Event(), torch.cuda.Event()]
+            self.calls = 0
+
+    def __call__(self, mask: Tensor) -> int | None:
+        """The count of ``mask``, or (GPU) of the previous call's mask; None on a first call."""
+        if not self.lag:
+            return int(mask.sum())  # the step's one host transfer
+        now, before = self.calls % 2, (self.calls + 1) % 2
+        self.counts[now].copy_(mask.sum(), non_blocking=True)
+        self.ready[now].record()
+        self.calls += 1
+        if self.calls == 1:
+            return None
+        self.ready[before].synchronize()
+        return int(self.counts[before])
+
+
 def padded_to(keep: Tensor, n: int) -> Tensor:
     """``keep`` (m,) made n >= m long by repeating its last element."""
     return keep[torch.arange(n, device=keep.device).clamp(max=keep.numel() - 1)]
@@ -123,7 +150,7 @@ def greedy_search(
     With the cache each step feeds only the newest token; without it the whole prefix is
     decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
     masked, until the live ones fit a smaller bucket; the one host transfer per step is the
-    number of live rows.
+    number of live rows (``LiveCount``).
     """
     B, device = src.size(0), src.device
     limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
@@ -137,6 +164,7 @@ def greedy_search(
     logprob = torch.zeros(R, device=device)
     steps = torch.zeros(R, dtype=torch.long, device=device)  # tokens generated, </s> included
     alive = ~pad_rows
+    count = LiveCount(device)
     row_of = torch.where(pad_rows, B, torch.arange(R, device=device))  # original row; B: none
     done_y, done_logprob, done_steps = (
         y.new_zeros((B + 1, T_max + 1)),
@@ -158,15 +186,19 @@ def greedy_search(
         y[:, t + 1] = torch.where(alive, best, PAD_ID)
         steps = torch.where(alive, t + 1, steps)
         alive = alive & (best != EOS_ID) & (limits > t + 1)
-        live = int(alive.sum())  # the step's one host transfer
+        live = count(alive)
         if live == 0:
             break
-        if state.bucket(live) < y.size(0):  # fewer rows: finished ones leave
-            finished = (~alive).nonzero().flatten()
-            keep_results(finished)
-            keep = padded_to(alive.nonzero().flatten(), state.bucket(live))  # (R',)
+        if live is None or state.bucket(live) == y.size(0):
+            continue
+        live_rows = alive.nonzero().flatten()
+        if live_rows.numel() == 0:
+            break
+        if state.bucket(live_rows.numel()) < y.size(0):  # fewer rows: finished ones leave
+            keep_results((~alive).nonzero().flatten())
+            keep = padded_to(live_rows, state.bucket(live_rows.numel()))  # (R',)
             state.select(keep)
-            repeat = torch.arange(keep.numel(), device=device) >= live
+            repeat = torch.arange(keep.numel(), device=device) >= live_rows.numel()
             y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
             alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
     keep_results(torch.arange(y.size(0), device=device))
@@ -202,8 +234,8 @@ def beam_search(
     live beam can still beat the worst of them: scores only fall as tokens are added, so a live
     beam's best reachable normalised score is its score over lp at the length that maximises it.
     Done sentences stay, masked, until the live ones fit a smaller bucket; the one host
-    transfer per step is the number of live sentences. Cross-attention K, V stay one copy per
-    sentence.
+    transfer per step is the number of live sentences (``LiveCount``). Cross-attention K, V
+    stay one copy per sentence.
     """
     k, B, device = cfg.beam, src.size(0), src.device
     n = max(k, cfg.nbest)
@@ -233,6 +265,7 @@ def beam_search(
             o[at] = f[sentences]
 
     first_k = torch.arange(2 * k, device=device) < k  # (2k,)
+    count = LiveCount(device)
     for t in range(T_max):
         logp = state.logprobs(y, t)  # (b*k, V)
         if t < cfg.min_len:
@@ -266,14 +299,19 @@ def beam_search(
         reach = length_penalty(limits.clamp(min=t + 2), cfg.alpha)  # (b,) lp's max ahead
         beaten = scores[:, 0] / reach <= fin_score[:, k - 1]  # (b,) nothing live beats the k-th
         done = done | at_limit | beaten
-        live = int((~done).sum())  # the step's one host transfer
+        live = count(~done)
         if live == 0:
             break
-        if state.bucket(live) < b:  # fewer sentences: done ones leave
+        if live is None or state.bucket(live) == b:
+            continue
+        live_sentences = (~done).nonzero().flatten()
+        if live_sentences.numel() == 0:
+            break
+        if state.bucket(live_sentences.numel()) < b:  # fewer sentences: done ones leave
             keep_results(done.nonzero().flatten())
-            keep = padded_to((~done).nonzero().flatten(), state.bucket(live))  # (b',)
+            keep = padded_to(live_sentences, state.bucket(live_sentences.numel()))  # (b',)
             state.select(keep)
-            repeat = torch.arange(keep.numel(), device=device) >= live
+            repeat = torch.arange(keep.numel(), device=device) >= live_sentences.numel()
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()
             y, scores, limits, fin_score = y[keep_rows], scores[keep], limits[keep], fin_score[keep]
             fin = tuple(f[keep] for f in fin)
@@ -321,13 +359,15 @@ def translate_ids(
     max_sentences: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
+    compile: str = "auto",
 ) -> list[Translation]:
     """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
     An empty input (a blank line) gets one empty translation without running the model.
     A source longer than the model's positions (``</s>`` included) is an error naming it by
     its number, counted from ``first``: nothing is cut off silently.
 
-    ``on_batch(n)`` is called after each batch of n sentences (for progress bars).
+    ``on_batch(n)`` is called after each batch of n sentences (for progress bars);
+    ``compile``: how the decode step runs (``DecodeStep``).
     """
     device = next(model.parameters()).device
     lengths = [len(s) + 1 for s in sources]
@@ -347,7 +387,7 @@ def translate_ids(
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        nbest = search(model, src, cfg, use_cache)
+        nbest = search(model, src, cfg, use_cache, compile)
         seconds = (time.perf_counter() - start) / len(batch)
         for i, hyps in zip(batch, nbest, strict=True):
             results[i] = Translation(hyps, seconds)
@@ -381,8 +421,9 @@ def translate_texts(
     with inference(run.device, run.dtype):
         sources = encode(run.tokenizer, texts)
         results = translate_ids(
-            run.model, sources, cfg, max_tokens, use_cache, max_sentences, on_batch, first
-        )
+            run.model, sources, cfg, max_tokens, use_cache, max_sentences, on_batch, first,
+            run.compile,
+        )  # fmt: skip
     return [
         TextTranslation(
             text, decode(run.tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses, r.seconds

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tformer_cli.compile import maybe_compile, wanted
+from tformer_cli.compile import Compiled, wanted
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
 from tformer_cli.model import DecoderCache, Transformer
 
@@ -61,6 +61,12 @@ GRAPHS = Buckets(rows=True, source=16, span=32)
 _STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, DecodeStep]] = weakref.WeakKeyDictionary()
 
 
+def uses_cuda_graphs(device: torch.device, compile: str) -> bool:
+    """CUDA graphs on CUDA unless ``--compile off``; on other devices ``torch.compile`` decides
+    (``on``), or nothing (``auto``, ``off``)."""
+    return device.type == "cuda" and wanted(compile, auto=True)
+
+
 class DecodeStep:
     """The next-token log-probabilities of every row of a cache, eager, compiled or replayed
     from a CUDA graph: ``step(tokens, cache, rows)``.
@@ -76,14 +82,14 @@ class DecodeStep:
         on_notice: Callable[[str], None] | None = None,
     ) -> None:
         self.model = model
-        device = next(model.parameters()).device
-        self.graphs = device.type == "cuda" and wanted(compile, auto=True)
+        self.graphs = uses_cuda_graphs(next(model.parameters()).device, compile)
+        compiled = not self.graphs and wanted(compile, auto=False)
         self.fn = (
-            self.eager
-            if self.graphs
-            else maybe_compile(self.eager, compile, False, "decode step", on_notice, dynamic=False)
+            Compiled(self.eager, "decode step", on_notice, dynamic=False)
+            if compiled
+            else self.eager
         )
-        self.buckets = GRAPHS if self.graphs or self.fn is not self.eager else EAGER
+        self.buckets = GRAPHS if self.graphs or compiled else EAGER
         self.captured: dict[tuple, _Graph] = {}
         self.pool: dict[tuple, DecoderCache] = {}  # buffers that captured graphs read and write
         self.mempool = torch.cuda.graph_pool_handle() if self.graphs else None

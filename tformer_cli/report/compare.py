@@ -73,7 +73,9 @@ def score_run(
     """The run's current stored result for these settings, else a new evaluation (kept)."""
     config = RunConfig.load(run_dir)
     dev = resolve_device(device)
-    dtype = resolve_precision(precision or config.train.precision, dev, config.model.d_model)
+    dtype = resolve_precision(
+        precision or config.train.precision, dev, config.model.d_model, inference=True
+    )
     request = eval_request(
         run_dir, config, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split,
         limit=limit, cfg=cfg, device=dev, dtype=dtype,

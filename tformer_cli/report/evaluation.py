@@ -272,6 +272,7 @@ def evaluate(
     skipped: int = 0,
     on_progress: Progress | None = None,
     on_outputs: Callable[[Outputs], None] | None = None,
+    compile: str = "auto",
 ) -> tuple[EvalReport, list[str]]:
     """Every metric of the report, and the hypotheses (beam if ``cfg.search.beam > 1``, else
     greedy); ``on_outputs`` receives both searches' outputs.
@@ -298,6 +299,7 @@ def evaluate(
             dataclasses.replace(cfg.search, beam=beam, nbest=1),
             cfg.max_tokens,
             on_batch=stage("greedy" if beam == 1 else f"beam {beam}"),
+            compile=compile,
         )
         tokens = [r.hypotheses[0].tokens for r in out]  # without </s>
         return tokens, decode(tokenizer, tokens), time.perf_counter() - begin
@@ -360,7 +362,7 @@ def report_json(report: EvalReport) -> str:
 
 # ---------------------------------------------------------------------------- stored results
 EVALS = "evals"  # RUN/evals/<key>.json: each `tformer eval` result, with its outputs
-DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"}
 
 
 def file_sha256(path: Path) -> str:
@@ -391,7 +393,7 @@ class EvalRequest:
     seed: int
     split: str
     limit: int | None
-    precision: str  # fp32 or bf16 (the autocast dtype asked for)
+    precision: str  # fp32, bf16 (the autocast dtype asked for) or int8
     device: str  # cpu, cuda or mps
     config: EvalConfig
 
@@ -517,6 +519,7 @@ def evaluate_run(
     json_path: Path | None = None,
     hyp_path: Path | None = None,
     threads: int = 0,
+    compile: str = "auto",
     console: Console | None = None,
     quiet: bool = False,
     store: bool = True,
@@ -525,7 +528,8 @@ def evaluate_run(
     """``tformer eval``: load a run and a split (default: the run's own data, same seed, so the
     same carved splits; ``src_file``/``tgt_file``: every pair of two plain parallel files, in
     order), evaluate, and write ``json_path`` and ``hyp_path`` if given.
-    ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``.
+    ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``;
+    ``compile``: how the decode step runs (``DecodeStep``).
 
     With ``store`` the result is also kept in ``RUN/evals/<key>.json`` (``StoredEval``; a run
     folder that cannot be written gets a note, not an error); ``on_result`` receives it."""
@@ -534,7 +538,7 @@ def evaluate_run(
     start, log = time.perf_counter(), console or Console(stderr=True)
     run_dir = resolve_run(model_dir)
     train = RunConfig.load(run_dir).train
-    run = load_run(run_dir, device, precision or train.precision)
+    run = load_run(run_dir, device, precision or train.precision, compile)
     setup_threads()  # $TFORMER_THREADS if set; then --threads, else the idle cores
     if threads or not os.environ.get("TFORMER_THREADS"):
         torch.set_num_threads(threads or free_cores())
@@ -591,7 +595,7 @@ def evaluate_run(
             report, hyps = evaluate(
                 run.model, run.tokenizer, eval_data, cfg, source, len(src) - n,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
-                on_outputs=outputs.append,
+                on_outputs=outputs.append, compile=run.compile,
             )  # fmt: skip
     timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
     report = dataclasses.replace(report, timing=timing)

@@ -1,0 +1,139 @@
+"""The static-shape decode step: which way it runs (eager, compiled, CUDA graphs), and that
+every way gives the eager search's tokens and scores; buckets; int8 weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tformer_cli.compile import Compiled
+from tformer_cli.config import DecodeConfig
+from tformer_cli.decode.search import search
+from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
+from tformer_cli.errors import TformerError
+from tformer_cli.model.quantize import quantize_int8
+
+
+def sources(n: int, vocab: int, seed: int) -> torch.Tensor:
+    from tformer_cli.data.batching import pad
+    from tformer_cli.data.tokenizer import EOS_ID
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (n,), generator=g).tolist()
+    return pad([[*torch.randint(4, vocab, (k,), generator=g).tolist(), EOS_ID] for k in lengths])
+
+
+def assert_same_search(a, b, atol: float = 1e-4) -> None:
+    """Same tokens, same finished flags, scores within float tolerance, for every n-best."""
+    assert [[h.tokens for h in n] for n in a] == [[h.tokens for h in n] for n in b]
+    assert [[h.finished for h in n] for n in a] == [[h.finished for h in n] for n in b]
+    for x, y in zip(a, b, strict=True):
+        for hx, hy in zip(x, y, strict=True):
+            assert hx.score == pytest.approx(hy.score, abs=atol)
+            assert hx.logprob == pytest.approx(hy.logprob, abs=atol)
+
+
+def test_buckets_round_rows_up_to_powers_of_two_only_where_shapes_cost():
+    assert [GRAPHS.sentences(n) for n in (1, 2, 3, 5, 17, 32)] == [1, 2, 4, 8, 32, 32]
+    assert [EAGER.sentences(n) for n in (1, 3, 17)] == [1, 3, 17]
+    assert Buckets(rows=True).sentences(7) == 8
+
+
+def test_auto_is_eager_on_cpu_and_on_compiles(tiny_model):
+    model = tiny_model(seed=1).eval()
+    auto = DecodeStep(model, "auto")
+    assert auto.fn == auto.eager
+    assert isinstance(DecodeStep(model, "on").fn, Compiled)
+    assert DecodeStep(model, "on").buckets == GRAPHS and DecodeStep(model, "off").buckets == EAGER
+    with pytest.raises(TformerError, match="unknown --compile"):
+        DecodeStep(model, "sometimes")
+
+
+def test_auto_and_on_capture_cuda_graphs_on_cuda_and_off_does_not():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert uses_cuda_graphs(cuda, "auto") and uses_cuda_graphs(cuda, "on")
+    assert not uses_cuda_graphs(cuda, "off")
+    assert not any(uses_cuda_graphs(cpu, mode) for mode in ("auto", "on", "off"))
+
+
+def test_the_step_is_kept_per_model_and_mode(tiny_model):
+    model = tiny_model(seed=2).eval()
+    assert DecodeStep.of(model, "off") is DecodeStep.of(model, "off")
+    assert DecodeStep.of(model, "off") is not DecodeStep.of(model, "auto")
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_bucketed_rows_and_lengths_give_the_exact_sizes_results(tiny_model, beam, monkeypatch):
+    """Padding rows (copies of real sentences), padded sources and a longer span change no
+    result: the buckets a compiled or captured step uses, here run eagerly."""
+    model = tiny_model(seed=3).eval()
+    src = sources(5, model.cfg.vocab_size, seed=4)
+    cfg = DecodeConfig(beam=beam, nbest=beam)
+    exact = search(model, src, cfg, compile="off")
+    monkeypatch.setattr(DecodeStep, "__init__", bucketed_init)
+    padded = search(model, src, cfg, compile="off")
+    assert_same_search(exact, padded, atol=1e-5)
+
+
+def bucketed_init(self, model, compile="auto", on_notice=None):  # eager, with GRAPHS' buckets
+    self.model, self.graphs, self.buckets = model, False, GRAPHS
+    self.fn = self.eager
+
+
+@pytest.mark.slow
+def test_compiled_step_gives_the_eager_tokens_and_scores(tiny_model):
+    """One torch.compile graph (one sentence, one bucket), as ``--compile on`` runs on CPU."""
+    model = tiny_model(seed=5).eval()
+    src = sources(1, model.cfg.vocab_size, seed=6)
+    cfg = DecodeConfig(max_len_a=0, max_len_b=12)
+    eager = search(model, src, cfg, compile="off")
+    compiled = search(model, src, cfg, compile="on")
+    assert DecodeStep.of(model, "on").fn.seconds is not None  # it did compile, not fall back
+    assert_same_search(eager, compiled)
+
+
+def test_a_step_that_fails_to_compile_runs_eagerly_with_a_notice(tiny_model, monkeypatch):
+    model = tiny_model(seed=7).eval()
+    notices = []
+    step = DecodeStep(model, "on", on_notice=notices.append)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("backend exploded\nmore lines")
+
+    step.fn.compiled = broken
+    src = sources(2, model.cfg.vocab_size, seed=8)
+    with torch.inference_mode():
+        cache = step.start(src, 1, 5)
+        logp = step(torch.full((cache.self_kv.size(2),), 2), cache)
+    assert logp.shape == (cache.self_kv.size(2), model.cfg.vocab_size)
+    assert notices == ["compiling the decode step failed (backend exploded); running it eagerly"]
+
+
+def test_int8_weights_translate_like_fp32_on_a_trained_model(trained_model):
+    """int8 Linear layers (the output layer too) keep the trained toy model's translations."""
+    src = sources(16, trained_model.cfg.vocab_size, seed=9)
+    fp32 = search(trained_model, src, DecodeConfig(), compile="off")
+    int8 = search(quantize_int8(trained_model), src, DecodeConfig(), compile="off")
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(fp32, int8, strict=True))
+    assert same >= 14, f"{same} of 16 the same"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cuda_graphs_give_the_eager_tokens_and_scores(trained_model, beam, dtype):
+    """Graph replays (rows bucketed and shrinking as sentences finish, beam reorders inside the
+    graph, buffers kept across batches) against the eager step on the same GPU."""
+    from tformer_cli.device import inference
+
+    model = copy.deepcopy(trained_model).cuda()
+    cfg = DecodeConfig(beam=beam, nbest=beam)
+    for seed in (11, 12):  # the second batch replays the first one's graphs
+        src = sources(7, model.cfg.vocab_size, seed=seed).cuda()  # 7 rows: 8 in the bucket
+        with inference(src.device, dtype):
+            eager = search(model, src, cfg, compile="off")
+            graphed = search(model, src, cfg, compile="auto")
+        assert_same_search(eager, graphed, atol=1e-3 if dtype else 1e-4)
+    assert DecodeStep.of(model, "auto").captured  # graphs were captured and replayed
