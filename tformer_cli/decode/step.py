@@ -50,7 +50,7 @@ class Buckets:
 
     rows: bool = False  # round rows (sentences) up to a power of two
     source: int = 1  # round the source length up to a multiple of this
-    span: int = 16  # round the attended self-attention slots up to a multiple of this
+    span: int = 1  # round the attended self-attention slots up to a multiple of this
 
     def sentences(self, n: int) -> int:
         return 1 << (n - 1).bit_length() if self.rows else n
