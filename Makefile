@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	  || $(PIP) install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null \
 	  || $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) \
 	       --extra-index-url https://pypi.org/simple
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,serve]"
 	@touch $@
 
 demo: $(STAMP)

@@ -3,10 +3,15 @@
 The MFU denominator is a matmul ceiling measured in the same run (best of several large
 square matmuls per precision), so the ratio is comparable across noisy machines. With the
 `bench` extra installed, Hugging Face `MarianMTModel` at equal dimensions is trained on the
-same batches with the same loss and optimizer, interleaved with ours round by round.
+same batches with the same loss, in two rows: as a Hugging Face loop sets it up ("as
+shipped") and given our shortcuts ("tuned": same optimizer, the faster of its eager and SDPA
+attention measured here, no decoding cache, the output layer on real positions only). The
+systems are interleaved round by round, their order rotated every round; medians are shown,
+and ``--json FILE`` keeps every figure. bf16 rows only where the hardware is fast at bf16.
 
     python benchmarks/bench_train.py                 # toy default + 3+3 d=256 vocab 8k
-    python benchmarks/bench_train.py --steps 20 --rounds 5
+    python benchmarks/bench_train.py --steps 20 --rounds 5 --json train.json
+    python benchmarks/bench_train.py --compile       # also both steps under torch.compile
     python benchmarks/bench_train.py --device cuda   # on a GPU (bf16 rows where it has bf16)
     python benchmarks/bench_train.py --nproc 2       # DDP under torchrun: N processes, gloo/NCCL
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -34,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tformer_cli.compile import maybe_compile
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import Batch, make_batch
 from tformer_cli.device import (
@@ -46,7 +53,7 @@ from tformer_cli.device import (
 from tformer_cli.model import Transformer
 from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
 from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.trainer import make_optimizer, train_step
+from tformer_cli.train.trainer import forward_loss, make_optimizer, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -105,32 +112,43 @@ def synthetic_batches(vocab: int, max_tokens: int, n: int, seed: int = 0) -> lis
 class System:
     name: str
     step: Callable[[list[Batch], torch.dtype | None], None]  # one update of these batches
+    note: str = ""  # how it was set up, for the table's footnotes
 
 
-def tformer_system(cfg: ModelConfig, device: torch.device, world: World = ONE_PROCESS) -> System:
-    """Our training step; under DDP each rank takes its share of every N batches."""
+def tformer_system(
+    cfg: ModelConfig, device: torch.device, world: World = ONE_PROCESS, compiled: bool = False
+) -> System:
+    """Our training step; under DDP each rank takes its share of every N batches. ``compiled``:
+    its forward and loss under ``torch.compile(dynamic=True)``, as ``--compile on`` does."""
     torch.manual_seed(0)
     model = Transformer(cfg).to(device)
     wrapped = DistributedDataParallel(model) if world.size > 1 else model
     train_cfg = TrainConfig()
     optimizer = make_optimizer(model, train_cfg)
+    forward = maybe_compile(forward_loss, "on" if compiled else "off", False, "training step",
+                            print_notice, dynamic=True)  # fmt: skip
 
     def step(group: list[Batch], dtype: torch.dtype | None) -> None:
         mine = world.shard(group)
         scale = world.size / sum(b.n_tgt_tokens for b in group)
         inputs = [b.tgt_in for b in mine]
-        train_step(wrapped, optimizer, mine, inputs, scale, train_cfg, device, dtype, None, world)
+        train_step(wrapped, optimizer, mine, inputs, scale, train_cfg, device, dtype, None, world,
+                   forward)  # fmt: skip
 
-    return System("tformer", step)
+    return System("tformer compiled" if compiled else "tformer", step)
 
 
-def marian_system(cfg: ModelConfig, device: torch.device) -> System | None:
-    """Hugging Face MarianMTModel with our dimensions (post-LN, ReLU, tied, sinusoidal)."""
-    try:
-        from transformers import MarianConfig, MarianMTModel
-    except ImportError:
-        return None
+def print_notice(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def marian(cfg: ModelConfig, device: torch.device, attention: str | None = None) -> nn.Module:
+    """Hugging Face MarianMTModel with our dimensions (post-LN, ReLU, tied, sinusoidal) and
+    its ``attention`` implementation (``eager`` or ``sdpa``; None: its default)."""
+    from transformers import MarianConfig, MarianMTModel
+
     torch.manual_seed(0)
+    extra = {} if attention is None else {"attn_implementation": attention}
     hf_cfg = MarianConfig(
         vocab_size=cfg.vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
         decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.h,
@@ -138,9 +156,17 @@ def marian_system(cfg: ModelConfig, device: torch.device) -> System | None:
         activation_function="relu", dropout=cfg.dropout, attention_dropout=0.0,
         activation_dropout=0.0, max_position_embeddings=cfg.max_positions, pad_token_id=0,
         eos_token_id=3, decoder_start_token_id=2, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, **extra,
     )  # fmt: skip
-    model: nn.Module = MarianMTModel(hf_cfg).to(device)
+    return MarianMTModel(hf_cfg).to(device)
+
+
+def hf_shipped_system(cfg: ModelConfig, device: torch.device) -> System:
+    """MarianMT as a Hugging Face training loop sets it up: ``AdamW`` with its defaults (the
+    unfused loop, weight decay 0.01), its default attention kernel, logits over every padded
+    position plus ``final_logits_bias`` (fp32: bf16 logits become fp32), and the decoding
+    cache built in training (``use_cache`` defaults to True). Our loss on the real positions."""
+    model = marian(cfg, device)
     train_cfg = TrainConfig()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
@@ -151,7 +177,7 @@ def marian_system(cfg: ModelConfig, device: torch.device) -> System | None:
                 logits = model(
                     input_ids=b.src, attention_mask=b.src != 0, decoder_input_ids=b.tgt_in
                 ).logits  # (B, T, V)
-            real = b.tgt_out != 0  # the same loss as ours, on the real positions
+            real = b.tgt_out != 0
             loss = label_smoothed_loss(logits[real], b.tgt_out[real], train_cfg.label_smoothing)
             loss = loss / b.n_tgt_tokens
             loss.backward()
@@ -159,7 +185,85 @@ def marian_system(cfg: ModelConfig, device: torch.device) -> System | None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return System("HF Marian", step)
+    return System("HF as shipped", step, f"{model.config._attn_implementation} attention")
+
+
+def hf_tuned_system(
+    cfg: ModelConfig, device: torch.device, attention: str, compiled: bool = False
+) -> System:
+    """MarianMT given our shortcuts: our optimizer (fused AdamW, no weight decay, betas 0.9/0.98),
+    ``use_cache=False``, and the output layer on the real target positions only, without
+    ``final_logits_bias`` (a zero buffer that is never trained: adding it would only turn the
+    bf16 logits into fp32). ``compiled``: that forward and loss under torch.compile."""
+    model = marian(cfg, device, attention)
+    train_cfg = TrainConfig()
+    optimizer = make_optimizer(model, train_cfg)  # type: ignore[arg-type]
+
+    def forward(
+        src: torch.Tensor, y: torch.Tensor, tgt_out: torch.Tensor, real: torch.Tensor,
+        dtype: torch.dtype | None,
+    ) -> torch.Tensor:  # fmt: skip
+        with autocast(device, dtype):
+            hidden = model.model(
+                input_ids=src, attention_mask=src != 0, decoder_input_ids=y, use_cache=False
+            ).last_hidden_state  # (B, T, d)
+            logits = model.lm_head(hidden.flatten(0, 1).index_select(0, real))  # (N, V)
+        target = tgt_out.flatten().index_select(0, real)  # (N,)
+        return label_smoothed_loss(logits, target, train_cfg.label_smoothing)
+
+    fn = maybe_compile(forward, "on" if compiled else "off", False, "HF step", print_notice,
+                       dynamic=True)  # fmt: skip
+
+    def step(group: list[Batch], dtype: torch.dtype | None) -> None:
+        model.train()
+        for b in group:
+            loss = fn(b.src, b.tgt_in, b.tgt_out, b.real, dtype) / b.n_tgt_tokens
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    name = "HF tuned compiled" if compiled else "HF tuned"
+    return System(name, step, f"{attention} attention")
+
+
+def timed(system: System, updates: list[list[Batch]], dtype: torch.dtype | None,
+          device: torch.device, world: World = ONE_PROCESS) -> float:  # fmt: skip
+    """Seconds for one pass of ``system`` over ``updates``."""
+    sync(device)
+    if world.size > 1:
+        dist.barrier()
+    t = time.perf_counter()
+    for group in updates:
+        system.step(group, dtype)
+    sync(device)
+    return time.perf_counter() - t
+
+
+def faster_attention(
+    cfg: ModelConfig, device: torch.device, updates: list[list[Batch]], dtype: torch.dtype | None,
+    compiled: bool = False,
+) -> tuple[System, dict[str, float]]:  # fmt: skip
+    """The tuned MarianMT with the faster of its eager and SDPA attention, measured here
+    (interleaved, best of 2 after a warm-up pass), and the seconds each took."""
+    candidates = {a: hf_tuned_system(cfg, device, a, compiled) for a in ("eager", "sdpa")}
+    seconds: dict[str, float] = {}
+    for s in candidates.values():
+        s.step(updates[0], dtype)  # warm-up (and compile)
+    for _ in range(2):
+        for a, s in candidates.items():
+            seconds[a] = min(seconds.get(a, math.inf), timed(s, updates, dtype, device))
+    best = min(seconds, key=seconds.__getitem__)
+    return candidates[best], seconds
+
+
+def hf_version() -> str | None:
+    """The installed ``transformers`` version (the ``bench`` extra), or None."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.__version__
 
 
 def relaunch(nproc: int) -> int:
@@ -182,6 +286,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--nproc", type=int, default=1, help="DDP processes (torchrun)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face even if installed")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time both steps under torch.compile"
+    )
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -205,10 +312,11 @@ def main() -> None:
     )
     if report:
         print(f"# {machine}, {world.size} process(es) x {torch.get_num_threads()} threads,"
-              f" torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+              f" torch {torch.__version__}, transformers {hf_version() or '-'},"
+              f" {time.strftime('%Y-%m-%d')}")  # fmt: skip
         for p, c in ceilings.items():
             print(f"# matmul ceiling {p} (one process): {c / 1e9:,.0f} GFLOP/s")
-        print("| model | system | precision | target tok/s | ms/update | MFU | vs HF |")
+        print("| model | system | precision | target tok/s | ms/update | MFU | vs fastest HF |")
         print("|---|---|---|---:|---:|---:|---:|")
     shapes = {
         "toy default (2+2, d=128, V=1k)": ModelConfig(vocab_size=1000),
@@ -216,49 +324,63 @@ def main() -> None:
             vocab_size=8000, d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3
         ),
     }
-    rows = []
+    use_hf = not args.no_hf and world.size == 1 and hf_version() is not None
+    rows, notes, attention_seconds = [], [], {}
     for label, cfg in shapes.items():
         batches = synthetic_batches(cfg.vocab_size, args.max_tokens, args.steps * world.size)
         batches = [b.to(device) for b in batches]
         updates = [batches[i : i + world.size] for i in range(0, len(batches), world.size)]
         flops = model_flops(cfg, batches)
         tokens = sum(b.n_tgt_tokens for b in batches)
-        systems = [tformer_system(cfg, device, world)]
-        hf = None if args.no_hf or world.size > 1 else marian_system(cfg, device)
-        if hf is not None:
-            systems.append(hf)
         seconds: dict[tuple[str, str], list[float]] = {}
         for p in precisions:
+            dtype = PRECISIONS[p]
+            systems = [tformer_system(cfg, device, world)]
+            if args.compile:
+                systems.append(tformer_system(cfg, device, world, compiled=True))
+            if use_hf:
+                systems.append(hf_shipped_system(cfg, device))
+                for compiled in (False, True) if args.compile else (False,):
+                    tuned, measured = faster_attention(cfg, device, updates, dtype, compiled)
+                    systems.append(tuned)
+                    attention_seconds[f"{label} | {tuned.name} | {p}"] = measured
+                    notes.append(f"{label}, {p}: {tuned.name} with {tuned.note} (eager"
+                                 f" {measured['eager']:.2f} s, sdpa {measured['sdpa']:.2f} s"
+                                 " per pass)")  # fmt: skip
             for s in systems:
-                s.step(updates[0], PRECISIONS[p])  # warm-up
-        for r in range(args.rounds):
-            for p in precisions:
-                for s in systems[r % len(systems) :] + systems[: r % len(systems)]:  # rotate
-                    sync(device)
-                    if world.size > 1:
-                        dist.barrier()
-                    t = time.perf_counter()
-                    for group in updates:
-                        s.step(group, PRECISIONS[p])
-                    sync(device)
-                    seconds.setdefault((s.name, p), []).append(time.perf_counter() - t)
-        for p in precisions:
-            hf_time = statistics.median(seconds[("HF Marian", p)]) if hf else None
+                s.step(updates[0], dtype)  # warm-up (and compile)
+            for r in range(args.rounds):  # interleaved, the order rotated every round
+                for s in systems[r % len(systems) :] + systems[: r % len(systems)]:
+                    seconds.setdefault((s.name, p), []).append(
+                        timed(s, updates, dtype, device, world)
+                    )
+            median = {s.name: statistics.median(seconds[(s.name, p)]) for s in systems}
+            hf_best = min((t for n, t in median.items() if n.startswith("HF")), default=None)
             for s in systems:
-                t = statistics.median(seconds[(s.name, p)])
+                t = median[s.name]
                 mfu = flops / t / (ceilings[p] * world.size)
-                row = {"model": label, "system": s.name, "precision": p,
+                row = {"model": label, "system": s.name, "setup": s.note, "precision": p,
                        "processes": world.size, "tokens_per_s": tokens / t,
                        "ms_per_update": 1000 * t / len(updates), "mfu": mfu,
-                       "vs_hf": hf_time / t if hf_time else None}  # fmt: skip
+                       "vs_fastest_hf": hf_best / t if hf_best else None,
+                       "seconds_per_round": seconds[(s.name, p)]}  # fmt: skip
                 rows.append(row)
                 if report:
-                    ratio = f"{row['vs_hf']:.2f}x" if hf_time else "-"
+                    ratio = f"{row['vs_fastest_hf']:.2f}x" if hf_best else "-"
                     print(f"| {label} | {s.name} | {p} | {row['tokens_per_s']:,.0f}"
-                          f" | {row['ms_per_update']:.0f} | {mfu:.1%} | {ratio} |")  # fmt: skip
+                          f" | {row['ms_per_update']:.0f} | {mfu:.1%} | {ratio} |",
+                          flush=True)  # fmt: skip
+    if report:
+        for n in notes:
+            print(f"# {n}")
     if report and args.json:
-        meta = {"machine": machine, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-                "threads": torch.get_num_threads(), "device": device.type}  # fmt: skip
+        meta = {"machine": machine, "cpu": cpu_model(), "cores": os.cpu_count(),
+                "torch": torch.__version__, "transformers": hf_version(),
+                "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(),
+                "device": device.type, "processes": world.size, "steps": args.steps,
+                "rounds": args.rounds, "max_tokens": args.max_tokens,
+                "matmul_ceiling_flops": ceilings,
+                "hf_attention_seconds": attention_seconds}  # fmt: skip
         args.json.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     if world.size > 1:
         dist.destroy_process_group()

@@ -219,6 +219,38 @@ def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
     assert len(bad.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--sample", "--temperature", "0"], "temperature must be a finite number > 0"),
+        (["--sample", "--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--sample", "--epsilon", "1"], "epsilon must be in [0, 1)"),
+        (["--top-k", "3"], "need --sample or --mbr"),
+        (["--mbr", "4", "--mbr-utility", "ter"], "unknown --mbr-utility 'ter'"),
+        (["--mbr", "4", "--mbr-from", "dice"], "unknown --mbr-from 'dice'"),
+    ],
+)
+def test_bad_sampling_and_mbr_values_are_one_line_errors(tmp_path, make_run, options, message):
+    run_dir, _ = make_run(tmp_path / "run")
+    result = invoke("translate", "red cat", "--model", str(run_dir), "--device", "cpu", *options)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ") and message in lines[0]
+
+
+def test_samples_and_mbr_translate_with_one_line_per_input(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    args = ["--model", str(run_dir), "--device", "cpu", "--max-len-b", "3", "--seed", "4"]
+    samples = invoke("translate", "red cat", "one", "--sample", "--nbest", "3", *args)
+    assert samples.exit_code == 0, samples.output
+    assert [line.split("\t")[0] for line in samples.stdout.splitlines()] == ["0"] * 3 + ["1"] * 3
+    again = invoke("translate", "red cat", "one", "--sample", "--nbest", "3", *args)
+    assert again.stdout == samples.stdout  # a seed repeats the samples
+    mbr = invoke("translate", "red cat", "one", "--mbr", "4", "--scores", *args)
+    assert mbr.exit_code == 0 and len(mbr.stdout.splitlines()) == 2
+    assert all(0 <= float(line.split("\t")[0]) <= 100 for line in mbr.stdout.splitlines())
+
+
 def test_a_blank_line_of_a_file_gives_a_blank_line_in_its_place(tmp_path, make_run):
     run_dir, _ = make_run(tmp_path / "run")
     (tmp_path / "in.txt").write_text("red cat\n \t \none\n", encoding="utf-8")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,3 +219,25 @@ def load_run(
     dtype = resolve_precision(precision, dev, config.model.d_model, inference=True)
     net = for_inference(net.to(dev).eval(), dev, dtype)
     return LoadedRun(run_dir, config, net, tokenizer, dev, dtype, check_mode(compile))
+
+
+def load_runs(
+    models: Sequence[Path] | None,
+    device: str = "auto",
+    precision: str = "fp32",
+    compile: str = "auto",
+) -> list[LoadedRun]:
+    """``load_run`` of each run folder (default: the newest run): several decode as an
+    ensemble (``shared_tokenizer``)."""
+    return shared_tokenizer([load_run(m, device, precision, compile) for m in (models or [None])])
+
+
+def shared_tokenizer(runs: list[LoadedRun]) -> list[LoadedRun]:
+    """``runs``, if they share one tokenizer, as an ensemble's runs must; else a one-line error."""
+    for run in runs[1:]:
+        if run.tokenizer.to_str() != runs[0].tokenizer.to_str():
+            raise TformerError(
+                f"{run.run_dir} and {runs[0].run_dir} have different tokenizers: an ensemble's"
+                " runs must share one (train them with --tokenizer-file)"
+            )
+    return runs

@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from tformer_cli import __version__
-from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig, from_dict, load_recipe
+from tformer_cli.config import (
+    DecodeConfig,
+    ModelConfig,
+    SamplingConfig,
+    TrainConfig,
+    from_dict,
+    load_recipe,
+)
 from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
 
@@ -101,6 +108,47 @@ Precision = Annotated[
     str, typer.Option(help="fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it).")
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
+# translate and eval
+Models = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Run folder; several (-m A -m B) decode as an ensemble (mean of their next-token"
+        " probabilities; one shared tokenizer). Default: the newest run under runs/.",
+        show_default=False,
+    ),
+]
+Sample = Annotated[
+    bool, typer.Option("--sample", help="Draw each token from the model instead of searching.")
+]
+Temperature = Annotated[
+    float, typer.Option(help="Sampling: p^(1/T), renormalised (< 1 sharper, > 1 flatter).")
+]
+TopK = Annotated[int | None, typer.Option(help="Sampling: keep the k most probable tokens.")]
+TopP = Annotated[
+    float | None, typer.Option(help="Sampling: keep the smallest set of mass >= p (nucleus).")
+]
+Epsilon = Annotated[
+    float | None, typer.Option(help="Sampling: drop tokens of probability < epsilon.")
+]
+Mbr = Annotated[
+    int,
+    typer.Option(
+        help="Minimum Bayes risk: the candidate of highest expected utility among N samples"
+        " (or the beam's N-best, --mbr-from beam). 0: off.",
+    ),
+]
+MbrFrom = Annotated[str, typer.Option(help="Where MBR candidates come from: sample or beam.")]
+MbrUtility = Annotated[str, typer.Option(help="MBR utility: chrf (sacrebleu's) or bleu.")]
+MinLen = Annotated[int, typer.Option(min=0, help="No </s> before this many tokens.")]
+Compile = Annotated[
+    str,
+    typer.Option(
+        help="The decode step: auto (CUDA graphs on a GPU; eager on CPU, where compiling"
+        " measured slower), on (torch.compile on CPU) or off (eager)."
+    ),
+]
 
 
 # eval and compare
@@ -128,11 +176,13 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
     "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
     "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
+    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
     "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
     "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
     "positional": ("model", "positional"), "norm": ("model", "norm"),
     "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
     "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
+    "decay": ("train", "decay"), "compile": ("train", "compile"),
     "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
     "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
     "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
@@ -144,6 +194,36 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
     "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
 }  # fmt: skip
+
+
+def fine_tuning(
+    run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
+) -> tuple[ModelConfig, TrainConfig]:
+    """The settings of a run that starts from ``run``'s weights: its model settings and
+    tokenizer, the rest as given. A model option given that contradicts them is an error."""
+    from tformer_cli.checkpoint import RunConfig, resolve_run
+
+    run = resolve_run(run)
+    if not (run / "model.pt").is_file():
+        raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
+    source = RunConfig.load(run).model
+    for option in sorted(given):
+        table, *fields = TRAIN_OPTIONS[option]
+        for field in fields:
+            if table == "model" and getattr(model_cfg, field) != getattr(source, field):
+                raise TformerError(
+                    f"--{option.replace('_', '-')} {getattr(model_cfg, field)} contradicts"
+                    f" {run}'s {getattr(source, field)}: --init-from takes the run's model"
+                )
+    if "tokenizer_file" in given:
+        raise TformerError("--init-from takes the run's tokenizer: give no --tokenizer-file")
+    tokenizer = str((run / "tokenizer.json").resolve())
+    max_len = (
+        train_cfg.max_len if "max_len" in given else min(train_cfg.max_len, source.max_positions)
+    )
+    return source, dataclasses.replace(
+        train_cfg, init_from=str(run.resolve()), tokenizer_file=tokenizer, max_len=max_len
+    )
 
 
 @app.command()
@@ -189,6 +269,20 @@ def train(
     ] = None,
     vocab_size: Annotated[int, typer.Option(help="Shared subword vocabulary size.")] = T.vocab_size,
     tokenizer: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = T.tokenizer_kind,
+    tokenizer_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with"
+            " <pad>=0 <unk>=1 <s>=2 </s>=3) instead of training one."
+        ),
+    ] = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Fine-tune: start from this run's weights and tokenizer, with its model"
+            " settings (a new optimizer and schedule)."
+        ),
+    ] = None,
     d_model: Annotated[int, typer.Option(help="Model width d_model.")] = M.d_model,
     heads: Annotated[int, typer.Option(help="Attention heads h.")] = M.h,
     d_ff: Annotated[int, typer.Option(help="Inner width of the feed-forward layers.")] = M.d_ff,
@@ -204,7 +298,14 @@ def train(
     max_tokens: Annotated[int, typer.Option(help="Batch size in padded tokens.")] = T.max_tokens,
     max_len: Annotated[int, typer.Option(help="Skip longer training pairs (tokens).")] = T.max_len,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = T.lr,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps, then 1/sqrt decay.")] = T.warmup,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps, then --decay.")] = T.warmup,
+    decay: Annotated[
+        str,
+        typer.Option(
+            help="After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end"
+            " of --max-minutes/--max-steps, or auto (linear with --max-minutes, else rsqrt)."
+        ),
+    ] = T.decay,
     label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = T.label_smoothing,
     clip_norm: Annotated[float, typer.Option(help="Max gradient norm (0: off).")] = T.clip_norm,
     accum: Annotated[int, typer.Option(help="Batches per update.")] = T.accum,
@@ -248,6 +349,17 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed.")] = T.seed,
     device: Device = T.device,
     precision: Precision = T.precision,
+    compile: Annotated[
+        str,
+        typer.Option(
+            help="torch.compile the forward pass and loss: on, off, or auto (where it measured"
+            " faster: CUDA, not CPU)."
+        ),
+    ] = T.compile,
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option(help="Also write the log's numbers here for TensorBoard (needs tensorboard)."),
+    ] = None,
     nproc: Annotated[
         int,
         typer.Option(
@@ -316,12 +428,19 @@ def train(
             raise TformerError("give --data or --src-file/--tgt-file, not both")
         train_cfg = kept_data(train_cfg)
         model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
+        if init_from is not None:
+            model_cfg, train_cfg = fine_tuning(init_from, model_cfg, train_cfg, given)
+        elif tokenizer_file is not None:
+            train_cfg = dataclasses.replace(train_cfg, tokenizer_file=str(tokenizer_file.resolve()))
         if model_cfg.positional not in ("sinusoidal", "learned"):
             raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
         if model_cfg.norm not in ("post", "pre"):
             raise typer.BadParameter("use post or pre", param_hint="--norm")
         run_dir = new_run_dir(runs_dir, name, train_cfg.data)
-    trainer = Trainer(run_dir, model_cfg, train_cfg, resume=resume is not None, console=log)
+    trainer = Trainer(
+        run_dir, model_cfg, train_cfg, resume=resume is not None, console=log,
+        tensorboard=tensorboard,
+    )  # fmt: skip
     try:
         result = trainer.run(quiet=quiet)
     finally:
@@ -366,6 +485,25 @@ def average_checkpoints(
 
 
 # ---------------------------------------------------------------------------- translate
+def sampling_config(
+    wanted: bool,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    epsilon: float | None,
+) -> SamplingConfig | None:
+    """The sampling settings where sampling is asked for (``--sample`` or MBR's samples);
+    a sampling option given without it is an error, not ignored."""
+    given = temperature != 1.0 or top_k is not None or top_p is not None or epsilon is not None
+    if not wanted:
+        if given:
+            raise TformerError(
+                "--temperature, --top-k, --top-p and --epsilon need --sample or --mbr"
+            )
+        return None
+    return SamplingConfig(temperature, top_k, top_p, epsilon)
+
+
 def read_inputs(
     texts: list[str] | None, file: Path | None
 ) -> tuple[Iterable[str], int | None] | None:
@@ -388,7 +526,7 @@ def read_inputs(
 @friendly_errors
 def translate(
     texts: Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")] = None,
-    model: ModelDir = None,
+    model: Models = None,
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
@@ -406,8 +544,22 @@ def translate(
     ] = 0.6,
     nbest: Annotated[
         int,
-        typer.Option(min=1, help="Hypotheses per input (<= beam): lines INDEX<TAB>SCORE<TAB>TEXT."),
+        typer.Option(
+            min=1,
+            help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
+            " INDEX<TAB>SCORE<TAB>TEXT.",
+        ),
     ] = 1,
+    sample: Sample = False,
+    temperature: Temperature = 1.0,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    epsilon: Epsilon = None,
+    seed: Annotated[int, typer.Option(help="Seed of the samples (--sample, --mbr).")] = 0,
+    mbr: Mbr = 0,
+    mbr_from: MbrFrom = "sample",
+    mbr_utility: MbrUtility = "chrf",
+    min_len: MinLen = 0,
     scores: Annotated[
         bool, typer.Option("--scores", help="Prefix each line with its score.")
     ] = False,
@@ -434,7 +586,10 @@ def translate(
         bool, typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing.")
     ] = False,
     device: Device = "auto",
-    precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    precision: Annotated[
+        str, typer.Option(help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster).")
+    ] = "fp32",
+    compile: Compile = "auto",
     quiet: Quiet = False,
 ) -> None:
     """Translate sentences (beam search with a KV cache; results in input order).
@@ -444,7 +599,7 @@ def translate(
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.checkpoint import load_run
+    from tformer_cli.checkpoint import load_runs
     from tformer_cli.decode.search import (
         format_translations,
         save_translations,
@@ -454,12 +609,17 @@ def translate(
     )
     from tformer_cli.device import oom_hint
 
-    k = 1 if greedy else beam
-    if nbest > k:
+    k = 1 if greedy or sample or (mbr and mbr_from == "sample") else beam
+    if nbest > k and not (sample or mbr):
         raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")
+    sampling = sampling_config(sample or mbr > 0, temperature, top_k, top_p, epsilon)
+    cfg = DecodeConfig(
+        beam=k, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+        min_len=min_len, sampling=sampling if sample or mbr_from == "sample" else None,
+        seed=seed, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
+    )  # fmt: skip
     inputs = read_inputs(texts, file)
-    run = load_run(model, device, precision)
-    cfg = DecodeConfig(beam=k, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest)
+    run = load_runs(model, device, precision, compile)
     style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
@@ -535,7 +695,7 @@ def inspect_attention(
 @app.command("eval")
 @friendly_errors
 def evaluate(
-    model: ModelDir = None,
+    model: Models = None,
     data: Annotated[
         str | None,
         typer.Option(help="Corpus (as for train). Default: the data the run was trained on."),
@@ -564,12 +724,27 @@ def evaluate(
         Path | None,
         typer.Option(help="Write the hypotheses, one per line: beam if --beam > 1, else greedy."),
     ] = None,
-    seed: NoiseSeed = 1234,
+    sample: Sample = False,
+    temperature: Temperature = 1.0,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    epsilon: Epsilon = None,
+    mbr: Mbr = 0,
+    mbr_from: MbrFrom = "sample",
+    mbr_utility: MbrUtility = "chrf",
+    min_len: MinLen = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the prefix-noise draws and of the samples.")
+    ] = 1234,
     device: Device = "auto",
     precision: Annotated[
         str | None,
-        typer.Option(help="fp32, bf16 or auto. Default: the precision the run was trained with."),
+        typer.Option(
+            help="fp32, bf16, auto, or int8 (int8 weights, CPU only). Default: the precision"
+            " the run was trained with."
+        ),
     ] = None,
+    compile: Compile = "auto",
     threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
@@ -577,20 +752,31 @@ def evaluate(
 
     The exposure-bias sections: the BLEU gap between teacher-forced argmax and greedy output,
     error accumulation when the model reads its own mistakes, accuracy under prefix noise, and
-    quality decay with length. Metrics with no defined value print n/a.
+    quality decay with length. Metrics with no defined value print n/a. With several runs
+    (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
     from tformer_cli.device import oom_hint
     from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
 
-    search = DecodeConfig(beam=beam, alpha=alpha)
-    with oom_hint():
-        report = evaluate_run(
-            model, data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file,
-            split=split, limit=limit,
-            cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
-            json_path=json_out, hyp_path=hyp, threads=threads, console=err, quiet=quiet,
-        )  # fmt: skip
-    out.print(render_report(report))
+    sampling = sampling_config(sample or mbr > 0, temperature, top_k, top_p, epsilon)
+    search = DecodeConfig(
+        beam=1 if sample or (mbr and mbr_from == "sample") else beam, alpha=alpha,
+        min_len=min_len, sampling=sampling if sample or mbr_from == "sample" else None,
+        seed=seed, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
+    )  # fmt: skip
+    runs = model or [None]
+    for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's
+        last = i == len(runs) - 1
+        with oom_hint():
+            report = evaluate_run(
+                run, data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file,
+                split=split, limit=limit,
+                cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
+                json_path=json_out if last else None, hyp_path=hyp if last else None,
+                threads=threads, compile=compile, ensemble_with=runs[:-1] if last else (),
+                console=err, quiet=quiet,
+            )  # fmt: skip
+        out.print(render_report(report))
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
@@ -696,6 +882,45 @@ def compare_command(
         cfg=EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed), device=device,
         precision=precision, threads=threads, save=save, x=x, as_json=json_out, err=err,
         quiet=quiet,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- serve
+@app.command("serve")
+@friendly_errors
+def serve_command(
+    model: ModelDir = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: all).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Source tokens gathered into one decoding batch.")
+    ] = 4096,
+    wait_ms: Annotated[
+        float, typer.Option(min=0, help="How long a batch waits for more requests (ms).")
+    ] = 5.0,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
+    max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
+    max_body: Annotated[int, typer.Option(min=1, help="Bytes per request body.")] = 1 << 20,
+    max_beam: Annotated[int, typer.Option(min=1, help="Largest beam (and n-best).")] = 16,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="Seconds a request may wait and run (then 503).")
+    ] = 30.0,
+    device: Device = "auto",
+    precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    quiet: Quiet = False,
+) -> None:
+    """Serve translations and attention maps over HTTP, with a page to explore them at /.
+
+    POST /translate answers with the objects of translate --json, POST /attention with those of
+    inspect-attention --json; GET /health, GET /model; the API's own page is /docs. Requests
+    that arrive together are decoded in one batch. Needs the serve extra.
+    """
+    from tformer_cli.serve import Limits, serve
+
+    limits = Limits(max_chars, max_texts, max_body, max_beam, timeout)
+    serve(
+        model, err, host=host, port=port, limits=limits, max_tokens=max_tokens, wait_ms=wait_ms,
+        device=device, precision=precision, quiet=quiet,
     )  # fmt: skip
 
 

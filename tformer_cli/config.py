@@ -51,6 +51,9 @@ class ModelConfig:
         return self.d_model // self.h
 
 
+DECAYS = ("auto", "rsqrt", "linear", "cosine")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything `tformer train` needs besides the model shape."""
@@ -64,10 +67,14 @@ class TrainConfig:
     valid_tgt_file: str | None = None
     vocab_size: int = 1000
     tokenizer_kind: str = "bpe"
+    tokenizer_file: str | None = None  # a ready tokenizer (absolute path) instead of training one
+    init_from: str | None = None  # a run (absolute path) whose model.pt the weights start from
     max_tokens: int = 2048
     max_len: int = 256
     lr: float = 2e-3
     warmup: int = 200
+    # after warm-up: auto = linear to 0 at the end of --max-minutes (Li et al. 2020), else rsqrt
+    decay: str = "auto"
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     accum: int = 1
@@ -82,6 +89,7 @@ class TrainConfig:
     seed: int = 1234
     precision: str = "auto"
     device: str = "auto"
+    compile: str = "auto"  # torch.compile the forward and loss: on, off, or auto (where it pays)
     scheduled_sampling: str = "off"
     ss_k: float | None = None
     ss_min: float = 0.0
@@ -128,6 +136,42 @@ class TrainConfig:
             raise TformerError("--ss-tau must be > 0")
         if self.average < 0 or self.average == 1:
             raise TformerError("--average must be 0 (off) or at least 2 checkpoints")
+        if self.decay not in DECAYS:
+            raise TformerError(f"unknown --decay {self.decay!r}: use {', '.join(DECAYS)}")
+        if self.decay in ("linear", "cosine") and not (self.max_minutes or self.max_steps):
+            raise TformerError(f"--decay {self.decay} needs --max-minutes or --max-steps")
+        if self.compile not in ("auto", "on", "off"):
+            raise TformerError(f"unknown --compile {self.compile!r}: use auto, on or off")
+
+    @property
+    def budget_decay(self) -> str | None:
+        """How the learning rate falls to 0 at the end of the budget (``linear``, ``cosine``),
+        or None for the paper's 1/sqrt decay that never ends."""
+        if self.decay == "auto":
+            return "linear" if self.max_minutes else None
+        return None if self.decay == "rsqrt" else self.decay
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is drawn: ``p(y) ∝ p_model(y)^(1/temperature)``, then truncated to the
+    ``top_k`` most probable tokens, to the nucleus of mass ``top_p``, and to the tokens of
+    probability >= ``epsilon`` (each ``None``: no truncation). The top token always survives."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise TformerError(f"temperature must be a finite number > 0, not {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise TformerError(f"top-k must be at least 1, not {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise TformerError(f"top-p must be in (0, 1], not {self.top_p}")
+        if self.epsilon is not None and not 0 <= self.epsilon < 1:
+            raise TformerError(f"epsilon must be in [0, 1), not {self.epsilon}")
 
 
 @dataclass(frozen=True)
@@ -142,8 +186,21 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = 1
     min_len: int = 0
+    sampling: SamplingConfig | None = None  # draw each token instead (nbest: samples per input)
+    seed: int = 0  # of the draws
+    mbr: int = 0  # > 0: minimum Bayes risk over this many candidates
+    mbr_from: str = "sample"  # where candidates come from: sample (``sampling``) or beam
+    mbr_utility: str = "chrf"  # or bleu
 
     def __post_init__(self) -> None:
+        if self.sampling is not None and self.beam > 1:
+            raise TformerError("sampling draws one token at a time: give it no --beam")
+        if self.mbr < 0:
+            raise TformerError("--mbr must be 0 (off) or a number of candidates")
+        if self.mbr_from not in ("sample", "beam"):
+            raise TformerError(f"unknown --mbr-from {self.mbr_from!r}: use sample or beam")
+        if self.mbr_utility not in ("chrf", "bleu"):
+            raise TformerError(f"unknown --mbr-utility {self.mbr_utility!r}: use chrf or bleu")
         for name in ("alpha", "max_len_a"):
             if not math.isfinite(getattr(self, name)):
                 raise TformerError(f"{name} must be a finite number, not {getattr(self, name)}")

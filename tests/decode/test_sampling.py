@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from tformer_cli.decode.sampling import SamplingConfig, sample_next
+from tformer_cli.config import SamplingConfig
+from tformer_cli.decode.sampling import sample_next
 from tformer_cli.errors import TformerError
 
 # A hand-made distribution over 6 tokens; token 0 is forbidden (<pad>, log-probability -inf).

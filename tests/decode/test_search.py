@@ -4,6 +4,7 @@ translation of text streams in chunks (line splitting, UTF-8 errors, one output 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
@@ -17,11 +18,12 @@ from hypothesis import strategies as st
 
 from tests.decode.conftest import random_sources
 from tformer_cli.checkpoint import LoadedRun, load_run
-from tformer_cli.config import DecodeConfig
+from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tformer_cli.decode.search import (
     Hypothesis,
+    Rows,
     TextTranslation,
     beam_search,
     check_arguments,
@@ -29,6 +31,7 @@ from tformer_cli.decode.search import (
     format_translations,
     greedy_search,
     max_lengths,
+    mbr_rerank,
     read_lines,
     search,
     translate_chunks,
@@ -413,3 +416,95 @@ def test_any_text_gives_one_output_line_per_input_line_or_a_one_line_error(
     assert count == expected
     assert out.getvalue().count(b"\n") == expected
     assert out.getvalue().endswith(b"\n") or not expected
+
+
+# ---------------------------------------------------------------------------- sampling, MBR, ense
+def sampled(model, src, seed: int = 5, use_cache: bool = True, **settings) -> list[list[int]]:
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=3, sampling=SamplingConfig(**settings), seed=seed)
+    return [h.tokens for nbest in search(model, src, cfg, use_cache, "off") for h in nbest]
+
+
+def test_sampling_at_a_vanishing_temperature_or_top_k_one_is_greedy(trained_model):
+    src = as_src(random_sources(12, seed=40))
+    greedy = [h.tokens for h in greedy_search(trained_model, src, CFG)]
+    assert sampled(trained_model, src, temperature=1e-4) == greedy
+    assert sampled(trained_model, src, top_k=1) == greedy
+    assert sampled(trained_model, src, temperature=3.0) != greedy  # it does sample
+
+
+def test_a_seed_gives_the_same_samples_with_and_without_the_cache(trained_model):
+    src = as_src(random_sources(12, seed=41))
+    cached = sampled(trained_model, src, temperature=2.0)
+    assert cached == sampled(trained_model, src, temperature=2.0, use_cache=False)
+    assert cached == sampled(trained_model, src, temperature=2.0)  # repeatable
+    assert cached != sampled(trained_model, src, seed=6, temperature=2.0)
+
+
+def test_sampled_scores_are_the_models_own_logprob(trained_model):
+    """Whatever truncation draws the tokens, a sample's logprob is the model's (TF pass)."""
+    src = as_src(random_sources(6, seed=42))
+    cfg = DecodeConfig(max_len_a=1.0, max_len_b=3, sampling=SamplingConfig(top_k=3), nbest=2)
+    for row, nbest in zip(src, search(trained_model, src, cfg, compile="off"), strict=True):
+        assert len(nbest) == 2
+        for h in nbest:
+            y = torch.tensor([[BOS_ID, *h.tokens]])
+            gold = torch.tensor([[*h.tokens, EOS_ID]])[:, : y.size(1)]
+            with torch.inference_mode():
+                lp = trained_model(row[None], y).log_softmax(-1).gather(2, gold[..., None]).sum()
+            assert h.logprob == pytest.approx(float(lp), abs=1e-4) or not h.finished
+
+
+def test_mbr_over_one_candidate_or_identical_ones_returns_it():
+    one = [Hypothesis([5], -1.0, -1.0)]
+    texts, hyps = mbr_rerank(["der hund ."], one, "chrf")
+    assert texts == ["der hund ."] and hyps[0].logprob == -1.0  # the model's, kept
+    three = [Hypothesis([i], -i, -i) for i in range(3)]
+    texts, hyps = mbr_rerank(["a b", "a b", "a b"], three, "bleu")
+    assert texts == ["a b"] * 3 and [h.tokens for h in hyps] == [[0], [1], [2]]
+    texts, hyps = mbr_rerank(["q w e r", "a b c", "a b c"], three, "chrf")  # the consensus
+    assert texts[0] == "a b c" and hyps[0].tokens == [1] and hyps[-1].tokens == [0]
+    assert hyps[0].score == max(h.score for h in hyps)
+
+
+def test_an_ensemble_of_one_run_is_the_run_and_of_a_run_with_itself_gives_its_tokens(
+    trained_model,
+):
+    src = as_src(random_sources(10, seed=43))
+    for cfg in (CFG, dataclasses.replace(CFG, beam=3, nbest=3)):
+        alone = search(trained_model, src, cfg, compile="off")
+        assert search([trained_model], src, cfg, compile="off") == alone
+        twice = search([trained_model, trained_model], src, cfg, compile="off")
+        assert [[h.tokens for h in n] for n in twice] == [[h.tokens for h in n] for n in alone]
+        for a, b in zip(twice, alone, strict=True):  # log((p + p) / 2) = log p
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_an_ensemble_averages_probabilities(tiny_model):
+    a, b = tiny_model(seed=1), tiny_model(seed=2)
+    src = as_src(random_sources(3, seed=44, vocab=40))
+    with torch.inference_mode():
+        state = Rows([a, b], src, 1, 4, use_cache=True, compile="off")
+        y = torch.full((src.size(0), 5), BOS_ID)
+        both = state.logprobs(y, 0)
+        alone = [Rows([m], src, 1, 4, True, "off").logprobs(y, 0) for m in (a, b)]
+    mean = (alone[0].exp() + alone[1].exp()) / 2
+    assert torch.allclose(both.exp(), mean, atol=1e-6)
+
+
+def test_runs_with_different_tokenizers_make_no_ensemble(tmp_path, make_run):
+    from tformer_cli.checkpoint import load_runs
+    from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
+
+    a, _ = make_run(tmp_path / "a")
+    b, _ = make_run(tmp_path / "b", seed=1)
+    assert len(load_runs([a, b], "cpu")) == 2
+    words = [f"w{i}" for i in range(100)]  # another vocabulary of the same size
+    other = train_tokenizer(
+        [" ".join(words)] * 3,
+        vocab_size=load_runs([a])[0].config.model.vocab_size,
+        kind="wordlevel",
+        min_frequency=1,
+    )
+    save_tokenizer(other, b / "tokenizer.json")
+    with pytest.raises(TformerError, match="different tokenizers"):
+        load_runs([a, b], "cpu")

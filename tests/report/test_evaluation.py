@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import math
+import shutil
 
 import pytest
 import sacrebleu
@@ -396,3 +397,36 @@ def test_store_false_keeps_nothing_and_a_corrupt_stored_file_is_ignored(corpus_r
     (corpus_run / EVALS / "broken.json").write_text('{"key": 1')
     (corpus_run / EVALS / "other.json").write_text('{"key": "x"}')
     assert stored_evals(corpus_run) == []
+
+
+def test_an_ensemble_of_a_run_with_itself_scores_as_the_run_and_is_not_kept(corpus_run):
+    cfg = EvalConfig(DecodeConfig(beam=2))
+    alone = evaluation.evaluate_run(corpus_run, limit=4, cfg=cfg, threads=1, quiet=True)
+    kept = set((corpus_run / EVALS).glob("*.json"))
+    both = evaluation.evaluate_run(
+        corpus_run, limit=4, cfg=cfg, threads=1, quiet=True, ensemble_with=[corpus_run]
+    )
+    assert both.ensemble is not None and both.ensemble.runs == [str(corpus_run)] * 2
+    assert (both.ensemble.greedy.bleu, both.ensemble.beam.bleu) == (
+        alone.greedy.bleu,
+        alone.beam.bleu,
+    )
+    assert set((corpus_run / EVALS).glob("*.json")) == kept  # an ensemble's report is not kept
+
+
+def test_an_ensemble_of_runs_with_different_tokenizers_is_a_one_line_error(tmp_path, corpus_run):
+    from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
+
+    other = tmp_path / "other"
+    shutil.copytree(corpus_run, other)
+    vocab = RunConfig.load(corpus_run).model.vocab_size
+    words = " ".join(f"w{i}" for i in range(100))
+    save_tokenizer(
+        train_tokenizer([words] * 3, vocab_size=vocab, kind="wordlevel", min_frequency=1),
+        other / "tokenizer.json",
+    )
+    result = runner.invoke(
+        app, ["eval", "-m", str(corpus_run), "-m", str(other), "--limit", "2", "--quiet"]
+    )
+    assert result.exit_code == 1 and "different tokenizers" in result.output
+    assert "Traceback" not in result.output

@@ -3,6 +3,7 @@ tiny end-to-end run whose --resume continues bit-for-bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import torch
 from rich.console import Console
 
 from tformer_cli.checkpoint import RunConfig, average_state_dicts, checkpoint_paths, load_state
+from tformer_cli.compile import maybe_compile
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
@@ -23,6 +25,7 @@ from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.trainer import (
     MAX_NONFINITE,
     Trainer,
+    forward_loss,
     lr_at,
     new_run_dir,
     prepare,
@@ -306,6 +309,7 @@ def test_a_nan_loss_skips_its_update_and_is_counted_in_the_log(
     trainer, result = run(tmp_path / "run", tiny_corpus, max_steps=6, valid_every=100)
     assert result.state.step == 6 and trainer.state.skipped == 1
     skipped = [r for r in log_records(tmp_path / "run") if "skipped_update" in r]
+    assert len(skipped) == 1 and skipped[0].pop("elapsed") > 0
     assert skipped == [{"step": 2, "epoch": 1, "skipped_update": "non-finite loss or gradient",
                         "skipped": 1}]  # fmt: skip
     last = load_state(tmp_path / "run" / "last.pt")["model"]
@@ -445,3 +449,78 @@ def test_cuda_training_resumes_and_its_run_translates_on_cpu(tmp_path, tiny_corp
     loaded = load_run(tmp_path / "run", device="cpu", precision="fp32")
     (translation,) = translate_texts(loaded, ["red blue green"])
     assert translation.source == "red blue green" and len(translation.hypotheses) == 1
+
+
+# ---------------------------------------------------------------------------- --compile
+def test_compile_on_is_one_graph_for_every_batch_shape_and_trains_as_eager(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    """``--compile on``: Dynamo traces ``forward_loss`` whole (fullgraph: the real-position
+    selection and the hand-written loss break no graph), once for the batches of every shape
+    (dynamic), and with dropout 0 trains to eager's weights; ``auto`` is eager on CPU. The
+    aot_eager backend checks the graph and its autograd without Inductor's minutes of C++
+    compiling (Inductor's numbers: ``compile_pays``)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    model, cfg = dataclasses.replace(MODEL, dropout=0.0), dict(max_steps=4, valid_every=100)
+    eager = Trainer(tmp_path / "eager", model, train_cfg(tiny_corpus, **cfg), resume=False,
+                    console=quiet_console())  # fmt: skip
+    assert eager.forward is forward_loss
+    eager.run(quiet=True)
+
+    counter, frames = CompileCounterWithBackend("aot_eager"), []
+
+    def aot_eager(fn, mode, auto, name, on_notice=None, **options):
+        compiled = maybe_compile(fn, mode, auto, name, on_notice, **options, backend=counter,
+                                 fullgraph=True)  # fmt: skip
+
+        def counted(*args):
+            out = compiled(*args)
+            frames.append(counter.frame_count)
+            return out
+
+        return counted
+
+    monkeypatch.setattr(trainer_module, "maybe_compile", aot_eager)
+    torch._dynamo.reset()
+    console = quiet_console()
+    Trainer(tmp_path / "compiled", model, train_cfg(tiny_corpus, compile="on", **cfg),
+            resume=False, console=console).run(quiet=True)  # fmt: skip
+    said = console.file.getvalue()
+    assert "compiled the training step in" in said and "failed" not in said
+    assert len(frames) == 4 and frames[0] > 0 and set(frames) == {frames[0]}  # no recompile
+    a, b = (load_state(tmp_path / n / "last.pt")["model"] for n in ("eager", "compiled"))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5)
+
+
+def test_bad_compile_mode_is_a_one_line_error():
+    with pytest.raises(TformerError, match="unknown --compile 'yes': use auto, on or off"):
+        TrainConfig(compile="yes")
+
+
+# ---------------------------------------------------------------------------- --tensorboard
+def test_tensorboard_gets_the_numbers_of_the_log(tmp_path, tiny_corpus, single_thread_trainer):
+    pytest.importorskip("tensorboard", reason="the tensorboard package is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = tmp_path / "tb"
+    trainer = Trainer(tmp_path / "run", MODEL, train_cfg(tiny_corpus, max_steps=8, valid_every=4),
+                      resume=False, console=quiet_console(), tensorboard=board)  # fmt: skip
+    trainer.run(quiet=True)
+    events = EventAccumulator(str(board))
+    events.Reload()
+    assert {"valid_bleu", "valid_loss", "test_bleu"} <= set(events.Tags()["scalars"])
+    logged = [r["valid_loss"] for r in log_records(tmp_path / "run") if "valid_loss" in r]
+    assert [e.step for e in events.Scalars("valid_loss")] == [4, 8]
+    assert [e.value for e in events.Scalars("valid_loss")] == pytest.approx(logged, rel=1e-6)
+
+
+def test_tensorboard_without_its_package_is_a_one_line_error_before_any_work(
+    tmp_path, tiny_corpus, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    with pytest.raises(TformerError, match="--tensorboard needs the tensorboard package: pip"):
+        Trainer(tmp_path / "run", MODEL, train_cfg(tiny_corpus), resume=False,
+                console=quiet_console(), tensorboard=tmp_path / "tb")  # fmt: skip
+    assert not (tmp_path / "run").exists()

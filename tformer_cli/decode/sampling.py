@@ -10,35 +10,10 @@ argmax. It never syncs with the host, so it runs inside a CUDA step with a CUDA 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-from tformer_cli.errors import TformerError
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How the next token is drawn: ``p(y) ∝ p_model(y)^(1/temperature)``, then truncated to the
-    ``top_k`` most probable tokens, to the nucleus of mass ``top_p``, and to the tokens of
-    probability >= ``epsilon`` (each ``None``: no truncation). The top token always survives."""
-
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    epsilon: float | None = None
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise TformerError(f"temperature must be a finite number > 0, not {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise TformerError(f"top-k must be at least 1, not {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise TformerError(f"top-p must be in (0, 1], not {self.top_p}")
-        if self.epsilon is not None and not 0 <= self.epsilon < 1:
-            raise TformerError(f"epsilon must be in [0, 1), not {self.epsilon}")
 
 
 def sample_next(
@@ -54,10 +29,10 @@ def sample_next(
 
     The filters apply in the order temperature, top-k, top-p, epsilon, each to the distribution
     the previous one left (renormalised), as in Hugging Face's ``generate``. Values are
-    assumed valid (see ``SamplingConfig``). The draw is the Gumbel-max trick in its exponential
-    race form (as ``torch.multinomial`` draws one sample, written out so that no input check can
-    sync with the host): with ``q_v ~ Exp(1)`` i.i.d., ``argmax_v p_v / q_v`` is ``v`` with
-    probability ``p_v``.
+    assumed valid (see ``config.SamplingConfig``). The draw is the Gumbel-max trick in its
+    exponential race form (as ``torch.multinomial`` draws one sample, written out so that no
+    input check can sync with the host): with ``q_v ~ Exp(1)`` i.i.d., ``argmax_v p_v / q_v``
+    is ``v`` with probability ``p_v``.
     """
     # Temperature: log p_T = log softmax(log p / T); the max is subtracted first so that the top
     # token stays finite (0 / T) even when T is tiny.

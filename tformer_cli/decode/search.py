@@ -3,8 +3,10 @@ translation of text streams, chunk by chunk, for ``tformer translate``."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,12 +14,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 import torch
-from torch import Tensor
+from tokenizers import Tokenizer
+from torch import Tensor, nn
 
 from tformer_cli.checkpoint import LoadedRun
-from tformer_cli.config import DecodeConfig
+from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad, token_batches
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
+from tformer_cli.decode.mbr import mbr_select
+from tformer_cli.decode.sampling import sample_next
 from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up
 from tformer_cli.device import inference
 from tformer_cli.errors import TformerError
@@ -49,48 +54,69 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
     return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions - 1)
 
 
+Models = Transformer | Sequence[Transformer]
+
+
+def as_list(models: Models) -> list[Transformer]:
+    return [models] if isinstance(models, nn.Module) else list(models)
+
+
+def ensemble(logps: list[Tensor]) -> Tensor:
+    """log of the mean of the models' next-token probabilities (R, V), as fairseq ensembles:
+    a token any model finds likely stays likely (a mean of log-probabilities, a product of
+    experts, would let one confident model veto the others)."""
+    if len(logps) == 1:
+        return logps[0]
+    return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (R, V)
+
+
 class Rows:
-    """The decoder state behind a search's rows, ``beams`` per sentence: the KV cache read by
-    the static-shape ``DecodeStep`` or, without a cache (for comparison and teaching), the
-    memory against which the whole prefix is decoded again at each step. Sentences (and their
-    rows) may be padded up to a bucket with copies of real ones; the search ignores them."""
+    """The decoder state behind a search's rows, ``beams`` per sentence, for one model or an
+    ensemble (each model with its own state): the KV cache read by the static-shape
+    ``DecodeStep`` or, without a cache (for comparison and teaching), the memory against which
+    the whole prefix is decoded again at each step. Sentences (and their rows) may be padded up
+    to a bucket with copies of real ones; the search ignores them."""
 
     def __init__(
         self,
-        model: Transformer,
+        models: list[Transformer],
         src: Tensor,
         beams: int,
         max_len: int,
         use_cache: bool,
         compile: str,
     ) -> None:
-        self.model, self.beams = model, beams
+        self.models, self.beams = models, beams
+        self.steps = [DecodeStep.of(m, compile) for m in models] if use_cache else []
         if use_cache:
-            self.step: DecodeStep | None = DecodeStep.of(model, compile)
-            self.cache = self.step.start(src, beams, max_len)
-            self.sentences = self.cache.src_mask.size(0)  # B' >= B
-            self.span_bucket = self.step.buckets.span
+            self.caches = [step.start(src, beams, max_len) for step in self.steps]
+            self.sentences = self.caches[0].src_mask.size(0)  # B' >= B
         else:
-            self.step = None
-            self.memory, self.src_mask = model.encode(src)  # (B, S, d), (B, 1, 1, S)
+            self.memories = [m.encode(src) for m in models]  # (B, S, d), (B, 1, 1, S) each
             self.sentences = src.size(0)
-        self.reorder: Tensor | None = None  # rows to reorder the cache by before the next step
+        self.reorder: Tensor | None = None  # rows to reorder the caches by before the next step
 
     def bucket(self, live: int) -> int:
         """How many sentences the state keeps for ``live`` live ones."""
-        return self.step.buckets.sentences(live) if self.step is not None else live
+        return self.steps[0].buckets.sentences(live) if self.steps else live
 
     def logprobs(self, y: Tensor, t: int) -> Tensor:
         """log p(. | x, y_1..y_t) (R, V) for each row of y (R, >= t+1), ``<s>`` first."""
-        if self.step is None:  # the whole prefix; the output layer scores its last position
+        if not self.steps:  # the whole prefix; the output layer scores its last position
             last = torch.zeros_like(y[:, : t + 1], dtype=torch.bool)
             last[:, -1] = True
-            return next_logprobs(
-                self.model.decode(y[:, : t + 1], self.memory, self.src_mask, at=last)
+            return ensemble(
+                [
+                    next_logprobs(m.decode(y[:, : t + 1], memory, src_mask, at=last))
+                    for m, (memory, src_mask) in zip(self.models, self.memories, strict=True)
+                ]
             )
-        self.cache.span = min(round_up(t + 1, self.span_bucket), self.cache.self_kv.size(4))
         rows, self.reorder = self.reorder, None
-        return self.step(y[:, t], self.cache, rows)
+        logps = []
+        for step, cache in zip(self.steps, self.caches, strict=True):
+            cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
+            logps.append(step(y[:, t], cache, rows))
+        return ensemble(logps)
 
     def select(self, sentences: Tensor) -> None:
         """Keep ``sentences`` (into B', with repeats) and their rows, reordered as pending."""
@@ -98,10 +124,13 @@ class Rows:
         rows = (sentences[:, None] * k + torch.arange(k, device=sentences.device)).flatten()
         if self.reorder is not None:
             rows, self.reorder = self.reorder[rows], None
-        if self.step is None:
-            self.memory, self.src_mask = self.memory[sentences], self.src_mask[sentences]
+        if self.steps:
+            self.caches = [
+                step.select(cache, rows, sentences)
+                for step, cache in zip(self.steps, self.caches, strict=True)
+            ]
         else:
-            self.cache = self.step.select(self.cache, rows, sentences)
+            self.memories = [(memory[sentences], mask[sentences]) for memory, mask in self.memories]
         self.sentences = sentences.numel()
 
 
@@ -139,23 +168,27 @@ def padded_to(keep: Tensor, n: int) -> Tensor:
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer,
+    model: Models,
     src: Tensor,
     cfg: DecodeConfig = DEFAULT,
     use_cache: bool = True,
     compile: str = "auto",
+    generator: torch.Generator | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most probable next token until ``</s>`` or the length limit, for a batch src (B, S).
+    """Pick the most probable next token (or, with ``cfg.sampling``, draw it with
+    ``generator``) until ``</s>`` or the length limit, for a batch src (B, S).
 
     With the cache each step feeds only the newest token; without it the whole prefix is
     decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
     masked, until the live ones fit a smaller bucket; the one host transfer per step is the
-    number of live rows (``LiveCount``).
+    number of live rows (``LiveCount``). A hypothesis' ``logprob`` (= its ``score``) is the
+    model's own, whatever truncation the sampling applied.
     """
-    B, device = src.size(0), src.device
-    limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
+    models, B, device = as_list(model), src.size(0), src.device
+    limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
     T_max = int(limits.max())
-    state = Rows(model, src, 1, T_max, use_cache, compile)
+    state = Rows(models, src, 1, T_max, use_cache, compile)
+    draw = cfg.sampling
     R = state.sentences
     pad_rows = torch.arange(R, device=device) >= B  # (R,) copies of real rows
     limits = padded_to(limits, R)
@@ -181,7 +214,13 @@ def greedy_search(
         logp = state.logprobs(y, t)  # (R, V)
         if t < cfg.min_len:
             logp.select(1, EOS_ID).fill_(float("-inf"))
-        best_logp, best = logp.max(dim=-1)  # (R,), (R,): value and index in one pass
+        if draw is None:
+            best_logp, best = logp.max(dim=-1)  # (R,), (R,): value and index in one pass
+        else:
+            best = sample_next(
+                logp, draw.temperature, draw.top_k, draw.top_p, draw.epsilon, generator
+            )
+            best_logp = logp.gather(1, best[:, None]).squeeze(1)  # (R,)
         logprob = torch.where(alive, logprob + best_logp, logprob)
         y[:, t + 1] = torch.where(alive, best, PAD_ID)
         steps = torch.where(alive, t + 1, steps)
@@ -217,7 +256,7 @@ def greedy_search(
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer,
+    model: Models,
     src: Tensor,
     cfg: DecodeConfig = DEFAULT,
     use_cache: bool = True,
@@ -237,11 +276,11 @@ def beam_search(
     transfer per step is the number of live sentences (``LiveCount``). Cross-attention K, V
     stay one copy per sentence.
     """
-    k, B, device = cfg.beam, src.size(0), src.device
+    models, k, B, device = as_list(model), cfg.beam, src.size(0), src.device
     n = max(k, cfg.nbest)
-    limits = max_lengths(src, cfg, model.cfg.max_positions)  # (B,)
+    limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
     T_max = int(limits.max())
-    state = Rows(model, src, k, T_max, use_cache, compile)
+    state = Rows(models, src, k, T_max, use_cache, compile)
     b = state.sentences
     limits = padded_to(limits, b)
     done = torch.arange(b, device=device) >= B  # (b,) padding sentences are done from the start
@@ -330,13 +369,22 @@ def beam_search(
 
 
 def search(
-    model: Transformer,
+    model: Models,
     src: Tensor,
     cfg: DecodeConfig = DEFAULT,
     use_cache: bool = True,
     compile: str = "auto",
+    generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy for ``beam == 1``, else beam search: the n-best list of each sentence of src."""
+    """The n-best list of each sentence of src (B, S): greedy for ``beam == 1``, else beam
+    search; with ``cfg.sampling``, ``cfg.nbest`` samples drawn with ``generator`` (default: one
+    seeded with ``cfg.seed``). ``model``: one model, or several as an ensemble (``ensemble``)."""
+    if cfg.sampling is not None:
+        if generator is None:
+            generator = torch.Generator(src.device).manual_seed(cfg.seed)
+        n = cfg.nbest  # each sentence n times: a row per sample
+        rows = greedy_search(model, src.repeat_interleave(n, 0), cfg, use_cache, compile, generator)
+        return [rows[i * n : (i + 1) * n] for i in range(src.size(0))]
     if cfg.beam == 1:
         return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
     return beam_search(model, src, cfg, use_cache, compile)
@@ -351,7 +399,7 @@ class Translation:
 
 
 def translate_ids(
-    model: Transformer,
+    model: Models,
     sources: Sequence[Sequence[int]],
     cfg: DecodeConfig = DEFAULT,
     max_tokens: int = 4096,
@@ -367,11 +415,15 @@ def translate_ids(
     its number, counted from ``first``: nothing is cut off silently.
 
     ``on_batch(n)`` is called after each batch of n sentences (for progress bars);
-    ``compile``: how the decode step runs (``DecodeStep``).
+    ``compile``: how the decode step runs (``DecodeStep``). Samples (``cfg.sampling``) are
+    drawn from one generator seeded with ``cfg.seed``: the same inputs, batches and device give
+    the same samples.
     """
-    device = next(model.parameters()).device
+    models = as_list(model)
+    device = next(models[0].parameters()).device
+    generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
     lengths = [len(s) + 1 for s in sources]
-    limit = model.cfg.max_positions
+    limit = min(m.cfg.max_positions for m in models)
     too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
     if too_long is not None:
         raise TformerError(
@@ -387,7 +439,7 @@ def translate_ids(
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        nbest = search(model, src, cfg, use_cache, compile)
+        nbest = search(models, src, cfg, use_cache, compile, generator)
         seconds = (time.perf_counter() - start) / len(batch)
         for i, hyps in zip(batch, nbest, strict=True):
             results[i] = Translation(hyps, seconds)
@@ -406,8 +458,76 @@ class TextTranslation:
     seconds: float
 
 
+def describe(cfg: DecodeConfig) -> str:
+    """What a search is, in a few words: ``greedy``, ``beam 5``, ``sampling (T 0.7, top-p
+    0.9)``, ``MBR chrF over 16 samples``."""
+    if cfg.mbr:
+        source = "beam n-best" if cfg.mbr_from == "beam" else "samples"
+        utility = {"chrf": "chrF", "bleu": "BLEU"}[cfg.mbr_utility]
+        return f"MBR {utility} over {cfg.mbr} {source}"
+    if cfg.sampling is not None:
+        d = cfg.sampling
+        parts = [f"T {d.temperature:g}"] + [
+            f"{name} {value:g}"
+            for name, value in (("top-k", d.top_k), ("top-p", d.top_p), ("epsilon", d.epsilon))
+            if value is not None
+        ]
+        return f"sampling ({', '.join(parts)})"
+    return "greedy" if cfg.beam == 1 else f"beam {cfg.beam}"
+
+
+def mbr_candidates(cfg: DecodeConfig) -> DecodeConfig:
+    """The search that draws ``cfg.mbr`` candidates per input: samples (``cfg.sampling``, else
+    plain ancestral sampling), or the n-best list of a beam at least that wide."""
+    if cfg.mbr_from == "beam":
+        return dataclasses.replace(cfg, beam=max(cfg.beam, cfg.mbr), nbest=cfg.mbr, sampling=None)
+    return dataclasses.replace(
+        cfg, beam=1, nbest=cfg.mbr, sampling=cfg.sampling or SamplingConfig()
+    )
+
+
+def mbr_rerank(
+    texts: list[str], hyps: list[Hypothesis], utility: str
+) -> tuple[list[str], list[Hypothesis]]:
+    """The candidates by expected utility against each other (``mbr_select``), best first; each
+    hypothesis' ``score`` becomes its expected utility (0-100), its ``logprob`` stays."""
+    _, expected = mbr_select(texts, utility)
+    order = sorted(range(len(texts)), key=lambda i: -expected[i])  # stable: ties keep their order
+    return [texts[i] for i in order], [
+        dataclasses.replace(hyps[i], score=expected[i]) for i in order
+    ]
+
+
+def translate_sources(
+    models: Models,
+    tokenizer: Tokenizer,
+    sources: Sequence[Sequence[int]],
+    cfg: DecodeConfig = DEFAULT,
+    max_tokens: int = 4096,
+    use_cache: bool = True,
+    max_sentences: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    first: int = 1,
+    compile: str = "auto",
+) -> list[tuple[list[str], Translation]]:
+    """``translate_ids`` and the detokenized n-best of each input; with ``cfg.mbr``, the
+    minimum Bayes risk choice among ``cfg.mbr`` candidates first (``cfg.nbest`` kept)."""
+    search_cfg = mbr_candidates(cfg) if cfg.mbr else cfg
+    results = translate_ids(
+        models, sources, search_cfg, max_tokens, use_cache, max_sentences, on_batch, first, compile
+    )
+    out = []
+    for r in results:
+        texts, hyps = decode(tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses
+        if cfg.mbr:
+            texts, hyps = mbr_rerank(texts, hyps, cfg.mbr_utility)
+            texts, hyps = texts[: cfg.nbest], hyps[: cfg.nbest]
+        out.append((texts, Translation(hyps, r.seconds)))
+    return out
+
+
 def translate_texts(
-    run: LoadedRun,
+    run: LoadedRun | Sequence[LoadedRun],
     texts: Sequence[str],
     cfg: DecodeConfig = DEFAULT,
     max_tokens: int = 4096,
@@ -416,19 +536,20 @@ def translate_texts(
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
 ) -> list[TextTranslation]:
-    """Tokenize, translate and detokenize sentences with a loaded run, in input order
-    (``first``: the number of the first text, for error messages)."""
-    with inference(run.device, run.dtype):
-        sources = encode(run.tokenizer, texts)
-        results = translate_ids(
-            run.model, sources, cfg, max_tokens, use_cache, max_sentences, on_batch, first,
-            run.compile,
+    """Tokenize, translate and detokenize sentences with a loaded run (or an ensemble of runs
+    sharing a tokenizer, see ``checkpoint.load_runs``), in input order (``first``: the number
+    of the first text, for error messages)."""
+    runs = [run] if isinstance(run, LoadedRun) else list(run)
+    lead = runs[0]
+    with inference(lead.device, lead.dtype):
+        sources = encode(lead.tokenizer, texts)
+        results = translate_sources(
+            [r.model for r in runs], lead.tokenizer, sources, cfg, max_tokens, use_cache,
+            max_sentences, on_batch, first, lead.compile,
         )  # fmt: skip
     return [
-        TextTranslation(
-            text, decode(run.tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses, r.seconds
-        )
-        for text, r in zip(texts, results, strict=True)
+        TextTranslation(text, out, r.hypotheses, r.seconds)
+        for text, (out, r) in zip(texts, results, strict=True)
     ]
 
 
@@ -488,7 +609,7 @@ def file_lines(path: Path) -> Iterator[str]:
 
 
 def translate_chunks(
-    run: LoadedRun,
+    run: LoadedRun | Sequence[LoadedRun],
     lines: Iterable[str],
     cfg: DecodeConfig = DEFAULT,
     chunk_size: int = 2000,

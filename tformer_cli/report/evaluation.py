@@ -27,13 +27,13 @@ from typing import Any
 import sacrebleu
 import torch
 from datasets import concatenate_datasets
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 from tokenizers import Tokenizer
 from torch import nn
 
 from tformer_cli import __version__
-from tformer_cli.checkpoint import RunConfig, load_run, resolve_run
+from tformer_cli.checkpoint import RunConfig, load_run, resolve_run, shared_tokenizer
 from tformer_cli.config import DecodeConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import (
@@ -45,7 +45,7 @@ from tformer_cli.data.corpus import (
     load_corpus,
 )
 from tformer_cli.data.tokenizer import UNK_ID, decode, encode
-from tformer_cli.decode.search import translate_ids
+from tformer_cli.decode.search import Models, describe, translate_sources
 from tformer_cli.device import autocast, free_cores, inference, precision_name, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
@@ -172,6 +172,7 @@ class Search:
     unk: int
     unk_rate: float | None
     seconds: float = field(compare=False)
+    method: str = ""  # what the search was (``describe``): greedy, beam 5, sampling, MBR...
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,17 @@ class EvalReport:
     prefix_noise: PrefixNoise
     length_decay: LengthDecay
     timing: Timing = field(compare=False)
+    ensemble: Ensemble | None = None  # with other runs: the ensemble's searches
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """The searches of an ensemble (this run and ``others``: the mean of their next-token
+    probabilities), on the same data and settings as the run's own."""
+
+    runs: list[str]
+    greedy: Search
+    beam: Search | None
 
 
 @dataclass(frozen=True)
@@ -238,6 +250,7 @@ def search_scores(
     hyps: Sequence[str],
     refs: Sequence[str],
     seconds: float,
+    method: str = "",
 ) -> Search:
     """Corpus BLEU and chrF of the texts ``hyps`` with their signatures, the share of outputs
     equal to the reference (whitespace-normalised), and the ``<unk>`` count of their ``tokens``."""
@@ -249,10 +262,47 @@ def search_scores(
     return Search(
         beam, bleu_score, bleu_sig, chrf_score, str(c.get_signature()),
         ratio(same, len(refs)), len(refs), unk, ratio(unk, sum(map(len, tokens))), seconds,
+        method,
     )  # fmt: skip
 
 
 Progress = Callable[[str, int], None]  # (stage, sentences done); n = 0 when a stage starts
+
+
+def search_pass(
+    models: Models,
+    tokenizer: Tokenizer,
+    data: EvalData,
+    dc: DecodeConfig,
+    cfg: EvalConfig,
+    compile: str,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[Search, list[str]]:
+    """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts."""
+    begin = time.perf_counter()
+    out = translate_sources(
+        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), cfg.max_tokens,
+        on_batch=on_batch, compile=compile,
+    )  # fmt: skip
+    tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>
+    texts = [t[0] for t, _ in out]
+    seconds = time.perf_counter() - begin
+    return search_scores(dc.beam, tokens, texts, data.refs, seconds, describe(dc)), texts
+
+
+def greedy_of(cfg: EvalConfig) -> DecodeConfig:
+    """The greedy search that shares ``cfg.search``'s length limits."""
+    return dataclasses.replace(cfg.search, beam=1, sampling=None, mbr=0)
+
+
+def ensemble_scores(
+    models: list[nn.Module], tokenizer: Tokenizer, data: EvalData, cfg: EvalConfig, compile: str
+) -> Ensemble:
+    """Greedy and (if any) the second search of an ensemble of ``models``."""
+    greedy, _ = search_pass(models, tokenizer, data, greedy_of(cfg), cfg, compile)
+    second = cfg.search != greedy_of(cfg)
+    beam = search_pass(models, tokenizer, data, cfg.search, cfg, compile)[0] if second else None
+    return Ensemble([], greedy, beam)
 
 
 @dataclass(frozen=True)
@@ -291,24 +341,14 @@ def evaluate(
         on_progress(name, 0)
         return lambda n: on_progress(name, n)
 
-    def search(beam: int) -> tuple[list[list[int]], list[str], float]:
-        begin = time.perf_counter()
-        out = translate_ids(
-            model,
-            data.src,
-            dataclasses.replace(cfg.search, beam=beam, nbest=1),
-            cfg.max_tokens,
-            on_batch=stage("greedy" if beam == 1 else f"beam {beam}"),
-            compile=compile,
-        )
-        tokens = [r.hypotheses[0].tokens for r in out]  # without </s>
-        return tokens, decode(tokenizer, tokens), time.perf_counter() - begin
-
     start = time.perf_counter()
-    greedy_ids, greedy_text, greedy_s = search(1)
-    beam_ids, beam_text, beam_s = (
-        search(cfg.search.beam) if cfg.search.beam > 1 else (None, None, None)
+    greedy, greedy_text = search_pass(
+        model, tokenizer, data, greedy_of(cfg), cfg, compile, stage("greedy")
     )
+    beam, beam_text = None, None
+    if cfg.search != greedy_of(cfg):  # beam, sampling or MBR besides greedy
+        on_batch = stage(describe(cfg.search))
+        beam, beam_text = search_pass(model, tokenizer, data, cfg.search, cfg, compile, on_batch)
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
@@ -327,12 +367,6 @@ def evaluate(
 
     t_scoring = time.perf_counter()
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
-    greedy = search_scores(1, greedy_ids, greedy_text, data.refs, greedy_s)
-    beam = (
-        None
-        if beam_text is None
-        else search_scores(cfg.search.beam, beam_ids, beam_text, data.refs, beam_s)
-    )
     tf_bleu = corpus_bleu(tf_text, data.refs)[0]
     xent = ratio(clean.nll, clean.tokens)
     ppl = None if xent is None else math.exp(min(xent, 100.0))
@@ -349,7 +383,8 @@ def evaluate(
         length_decay=length_decay(list(map(len, data.tgt)), data.refs, greedy_text, tf_text),
     )
     end = time.perf_counter()
-    timing = Timing(end - start, greedy_s, beam_s, t_scoring - t_tf, end - t_scoring)
+    beam_s = None if beam is None else beam.seconds
+    timing = Timing(end - start, greedy.seconds, beam_s, t_scoring - t_tf, end - t_scoring)
     if on_outputs is not None:
         on_outputs(Outputs(greedy_text, beam_text))
     return EvalReport(**sections, timing=timing), beam_text or greedy_text
@@ -520,6 +555,7 @@ def evaluate_run(
     hyp_path: Path | None = None,
     threads: int = 0,
     compile: str = "auto",
+    ensemble_with: Sequence[Path] = (),
     console: Console | None = None,
     quiet: bool = False,
     store: bool = True,
@@ -529,7 +565,9 @@ def evaluate_run(
     same carved splits; ``src_file``/``tgt_file``: every pair of two plain parallel files, in
     order), evaluate, and write ``json_path`` and ``hyp_path`` if given.
     ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``;
-    ``compile``: how the decode step runs (``DecodeStep``).
+    ``compile``: how the decode step runs (``DecodeStep``); ``ensemble_with``: other runs
+    (sharing this one's tokenizer) whose ensemble with it is scored too, greedy and the second
+    search (``EvalReport.ensemble``; such a report is not kept in the run folder).
 
     With ``store`` the result is also kept in ``RUN/evals/<key>.json`` (``StoredEval``; a run
     folder that cannot be written gets a note, not an error); ``on_result`` receives it."""
@@ -599,6 +637,15 @@ def evaluate_run(
             )  # fmt: skip
     timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
     report = dataclasses.replace(report, timing=timing)
+    if ensemble_with:
+        others = [load_run(m, device, precision or train.precision, compile) for m in ensemble_with]
+        shared_tokenizer([run, *others])
+        models = [run.model, *(o.model for o in others)]
+        with inference(run.device, run.dtype):
+            scores = ensemble_scores(models, run.tokenizer, eval_data, cfg, run.compile)
+        names = [str(r.run_dir) for r in (run, *others)]
+        report = dataclasses.replace(report, ensemble=dataclasses.replace(scores, runs=names))
+        store = False
     stored = StoredEval(
         request.key, json.loads(json.dumps(dataclasses.asdict(request))),
         datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -633,8 +680,10 @@ def render_report(r: EvalReport) -> Group:
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
     threads = f", {counted(s.threads, 'CPU thread')}" if s.device == "cpu" else ""
-    beam, alpha = r.config.search.beam, r.config.search.alpha
-    search = "greedy only" if beam == 1 else f"beam {beam}, alpha {alpha}"
+    second = r.beam.method if r.beam is not None else ""
+    search = "greedy only" if r.beam is None else f"greedy and {second or f'beam {r.beam.beam}'}"
+    if r.config.search.beam > 1 and r.config.search.sampling is None:
+        search += f", alpha {r.config.search.alpha}"
     head = Text.assemble(
         ("tformer eval  ", "bold"),
         f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
@@ -643,7 +692,7 @@ def render_report(r: EvalReport) -> Group:
     searches = [x for x in (r.greedy, r.beam) if x is not None]
     quality = table(
         "1-2. Free running (sacrebleu on detokenized text)",
-        ["", *("greedy" if x.beam == 1 else f"beam {x.beam}" for x in searches)],
+        ["", *(x.method or ("greedy" if x.beam == 1 else f"beam {x.beam}") for x in searches)],
         [
             ["BLEU", *(fmt(x.bleu) for x in searches)],
             ["chrF", *(fmt(x.chrf) for x in searches)],
@@ -686,4 +735,16 @@ def render_report(r: EvalReport) -> Group:
         render_prefix_noise(r.prefix_noise),
         render_length_decay(r.length_decay),
         footer,
+        *([] if r.ensemble is None else [render_ensemble(r.ensemble)]),
+    )
+
+
+def render_ensemble(e: Ensemble) -> RenderableType:
+    """The ensemble's BLEU and chrF beside the searches' names."""
+    searches = [x for x in (e.greedy, e.beam) if x is not None]
+    return table(
+        f"Ensemble of {len(e.runs)} runs (mean of next-token probabilities)",
+        ["", *(x.method for x in searches)],
+        [["BLEU", *(fmt(x.bleu) for x in searches)], ["chrF", *(fmt(x.chrf) for x in searches)]],
+        "runs: " + ", ".join(e.runs),
     )

@@ -77,6 +77,15 @@ def agree(world: World, flags: list[bool], device: torch.device) -> list[bool]:
     return [bool(x) for x in t.tolist()]
 
 
+def from_main(world: World, values: list[float], device: torch.device) -> list[float]:
+    """Rank 0's ``values`` on every rank (one broadcast, float64: integers up to 2^53 exact)."""
+    if world.size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return t.tolist()
+
+
 LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint")
 
 

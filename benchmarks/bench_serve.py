@@ -1,0 +1,209 @@
+"""Serving throughput: ``tformer serve`` under 1, 4 and 16 concurrent clients.
+
+Starts ``tformer serve -m RUN`` in a process of its own on a free local port, then for each
+sentence set (the toy test sources; Multi30k test2016 English sources too when
+``../shared/data/multi30k`` exists) and each search (greedy, then beam 5) runs N clients as
+asyncio tasks with ``httpx`` for ``--seconds``: each sends one sentence per request and waits for
+the answer before the next. Prints requests/s, sentences/s, p50/p95 latency, errors, the mean
+decoding batch (requests per batch, from the server's ``/health`` counters) and the speed-up
+over one client: batching works when 16 clients get several times one client's sentences/s.
+
+    python benchmarks/bench_serve.py -m runs/toy                   # 60 s per row
+    python benchmarks/bench_serve.py -m runs/toy --seconds 20 --json serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import torch
+
+from tformer_cli.device import cpu_model
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k" / "test2016.en"
+
+
+@dataclass
+class Row:
+    data: str
+    search: str
+    clients: int
+    requests: int
+    seconds: float
+    requests_per_s: float
+    sentences_per_s: float
+    p50_ms: float
+    p95_ms: float
+    errors: int
+    mean_batch: float
+    speedup: float = 1.0
+
+
+def sentence_sets() -> dict[str, list[str]]:
+    """The toy test sources and, where the shared data is, Multi30k's English test sources."""
+    toy = REPO / "data" / "toy" / "test.tsv"
+    sets = {"toy": [line.split("\t")[0] for line in toy.read_text("utf-8").splitlines()]}
+    if MULTI30K.is_file():
+        sets["multi30k"] = [s for s in MULTI30K.read_text("utf-8").splitlines() if s.strip()]
+    return sets
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(run: str, port: int, threads: int, wait_ms: float) -> subprocess.Popen:
+    """``tformer serve`` in a child process; returns once ``/health`` answers."""
+    env = {**os.environ, "TFORMER_THREADS": str(threads)} if threads else dict(os.environ)
+    cmd = [sys.executable, "-m", "tformer_cli", "serve", "-m", run, "--port", str(port), "-q"]
+    cmd += ["--wait-ms", str(wait_ms)]
+    proc = subprocess.Popen(cmd, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"tformer serve exited with code {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("tformer serve did not answer /health within 120 s")
+
+
+async def load(
+    url: str, sentences: list[str], beam: int, clients: int, seconds: float
+) -> tuple[list[float], int, float]:
+    """``clients`` tasks, each posting one sentence at a time until ``seconds`` pass: the
+    latencies of the answered requests, the error count, and the wall time until all ended."""
+    latencies: list[float] = []
+    errors = 0
+    counter = iter(range(10**9))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def client() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                text = sentences[next(counter) % len(sentences)]
+                sent = time.perf_counter()
+                try:
+                    r = await http.post("/translate", json={"texts": [text], "beam": beam})
+                    ok = r.status_code == 200 and len(r.json()["translations"]) == 1
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    latencies.append(time.perf_counter() - sent)
+                else:
+                    errors += 1
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return latencies, errors, time.perf_counter() - start
+
+
+def measure(
+    url: str, data: str, sentences: list[str], beam: int, clients: int, seconds: float
+) -> Row:
+    before = httpx.get(f"{url}health").json()
+    latencies, errors, wall = asyncio.run(load(url, sentences, beam, clients, seconds))
+    after = httpx.get(f"{url}health").json()
+    batches = max(1, after["batches"] - before["batches"])
+    ms = sorted(1000 * x for x in latencies) or [float("nan")]
+    return Row(
+        data=data,
+        search="greedy" if beam == 1 else f"beam {beam}",
+        clients=clients,
+        requests=len(latencies),
+        seconds=wall,
+        requests_per_s=len(latencies) / wall,
+        sentences_per_s=len(latencies) / wall,  # one sentence per request
+        p50_ms=statistics.median(ms),
+        p95_ms=ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))],
+        errors=errors,
+        mean_batch=(after["requests"] - before["requests"]) / batches,
+    )
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table (the README's)."""
+    head = (
+        "| sentences | search | clients | requests/s | sentences/s | p50 ms | p95 ms | errors"
+        " | mean batch | speed-up |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    lines = [
+        f"| {r.data} | {r.search} | {r.clients} | {r.requests_per_s:.1f} | "
+        f"{r.sentences_per_s:.1f} | {r.p50_ms:.0f} | {r.p95_ms:.0f} | {r.errors} | "
+        f"{r.mean_batch:.1f} | {r.speedup:.1f}x |"
+        for r in rows
+    ]
+    return "\n".join([head, *lines])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-m", "--model", required=True, help="run folder (e.g. runs/toy)")
+    parser.add_argument("--seconds", type=float, default=60, help="seconds per row")
+    parser.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated")
+    parser.add_argument("--beams", default="1,5", help="beam sizes (1: greedy)")
+    parser.add_argument("--threads", type=int, default=1, help="server torch threads (0: all)")
+    parser.add_argument("--wait-ms", type=float, default=5, help="tformer serve --wait-ms")
+    parser.add_argument("--json", type=Path, help="write the rows and the machine here")
+    args = parser.parse_args()
+    clients = [int(c) for c in args.clients.split(",")]
+    beams = [int(b) for b in args.beams.split(",")]
+    machine = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "server_threads": args.threads,
+        "wait_ms": args.wait_ms,
+        "seconds_per_row": args.seconds,
+        "run": Path(args.model).name,
+    }
+    print(" · ".join(f"{k}: {v}" for k, v in machine.items()), flush=True)
+    port = free_port()
+    server = start_server(args.model, port, args.threads, args.wait_ms)
+    url = f"http://127.0.0.1:{port}/"
+    rows: list[Row] = []
+    try:
+        for data, sentences in sentence_sets().items():
+            measure(url, data, sentences, 1, 1, 2)  # warm-up
+            for beam in beams:
+                first = None
+                for n in clients:
+                    row = measure(url, data, sentences, beam, n, args.seconds)
+                    first = first or row.sentences_per_s
+                    row.speedup = row.sentences_per_s / first
+                    rows.append(row)
+                    print(table([row]).splitlines()[-1], flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print()
+    print(table(rows))
+    if args.json is not None:
+        record = {"machine": machine, "rows": [asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The budget-aware schedule of --max-minutes ("Budgeted Training", Li et al. 2020): its shape,
+the estimate of the run's updates saved in last.pt, and a resume that changes the budget."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from tests.train.test_trainer import (
+    MODEL,
+    assert_same_weights,
+    log_records,
+    quiet_console,
+    run,
+    train_cfg,
+)
+from tformer_cli.checkpoint import load_state
+from tformer_cli.config import TrainConfig
+from tformer_cli.errors import TformerError
+from tformer_cli.train import trainer as trainer_module
+from tformer_cli.train.trainer import Trainer, budget_updates, lr_at
+
+
+# ---------------------------------------------------------------------------- shape
+@pytest.mark.parametrize(
+    ("decay", "step", "expected"),
+    [
+        ("linear", 50, 0.5),  # warm-up as ever
+        ("linear", 100, 1.0),  # the peak
+        ("linear", 325, 0.75),  # a quarter of the way from warm-up to the end
+        ("linear", 550, 0.5),
+        ("linear", 1000, 0.0),  # the budget's last update
+        ("linear", 5000, 0.0),  # past it: still 0
+        ("cosine", 100, 1.0),
+        ("cosine", 325, (1 + math.cos(math.pi / 4)) / 2),
+        ("cosine", 550, 0.5),
+        ("cosine", 1000, 0.0),
+    ],
+)
+def test_budgeted_lr_warms_up_then_decays_to_zero_at_the_last_update(decay, step, expected):
+    cfg = TrainConfig(lr=1.0, warmup=100, decay=decay, max_minutes=15)
+    assert lr_at(step, cfg, total=1000) == pytest.approx(expected, abs=1e-12)
+
+
+def test_budgeted_lr_never_rises_after_warmup():
+    cfg = TrainConfig(lr=1e-3, warmup=10, max_minutes=15)  # auto: linear
+    lrs = [lr_at(step, cfg, total=200) for step in range(10, 260)]
+    assert all(a >= b for a, b in itertools.pairwise(lrs)) and lrs[0] == 1e-3 and lrs[-1] == 0
+
+
+def test_auto_decay_is_linear_with_a_time_budget_and_rsqrt_without():
+    assert TrainConfig(max_minutes=15).budget_decay == "linear"
+    assert TrainConfig().budget_decay is None
+    assert TrainConfig(max_minutes=15, decay="rsqrt").budget_decay is None
+    assert TrainConfig(max_steps=10, decay="cosine").budget_decay == "cosine"
+    rsqrt = TrainConfig(lr=1e-3, warmup=100)
+    assert lr_at(400, rsqrt, total=500) == pytest.approx(0.5e-3)  # no budget: total ignored
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"decay": "step"}, "unknown --decay 'step': use auto, rsqrt, linear, cosine"),
+        ({"decay": "linear"}, "--decay linear needs --max-minutes or --max-steps"),
+        ({"decay": "cosine", "max_steps": 0}, "--decay cosine needs --max-minutes or"),
+    ],
+)
+def test_bad_decay_settings_are_one_line_errors(values, message):
+    with pytest.raises(TformerError, match=message):
+        TrainConfig(**values)
+
+
+def test_budget_updates_divide_the_time_left_by_the_measured_rate():
+    assert budget_updates(step=10, elapsed=60.0, update_seconds=0.5, minutes=2) == 130
+    assert budget_updates(step=10, elapsed=500.0, update_seconds=0.5, minutes=2) == 11  # past it
+
+
+# ---------------------------------------------------------------------------- in a run
+def fixed_estimate(monkeypatch, updates_left: int = 30) -> None:
+    """The estimate at the end of warm-up, made independent of the clock: ``updates_left``
+    more updates (a re-estimate after a resume would end elsewhere)."""
+
+    def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
+        return step + updates_left
+
+    monkeypatch.setattr(trainer_module, "budget_updates", estimate)
+
+
+def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    monkeypatch.setattr(trainer_module, "LOG_EVERY", 1)
+    fixed_estimate(monkeypatch)
+    trainer, _ = run(
+        tmp_path / "run", tiny_corpus, max_steps=0, max_epochs=2, max_minutes=60, valid_every=100,
+        warmup=2,
+    )  # fmt: skip
+    state = load_state(tmp_path / "run" / "last.pt")["state"]
+    assert (state["budget_updates"], state["budget_minutes"]) == (2 + 30, 60)
+    assert state["update_seconds"] > 0 and state["mark_step"] == 1  # measured from warmup // 2
+    cfg = trainer.cfg
+    lrs = {r["step"]: r["lr"] for r in log_records(tmp_path / "run") if "lr" in r}
+    assert len(lrs) > 3 and lrs == {step: pytest.approx(lr_at(step, cfg, 32)) for step in lrs}
+    assert lrs[2] == cfg.lr and lrs[3] == pytest.approx(cfg.lr * 29 / 30)
+
+
+def test_resume_keeps_the_saved_estimate_bit_for_bit(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    """Three epochs straight == one epoch, then --resume for two: the resumed run decays
+    to the update estimated before the stop (re-estimating would end 30 updates after it)."""
+    fixed_estimate(monkeypatch)
+    budget = dict(max_steps=0, max_minutes=60, valid_every=100, warmup=2)
+    straight, _ = run(tmp_path / "straight", tiny_corpus, max_epochs=3, **budget)
+    first, _ = run(tmp_path / "split", tiny_corpus, max_epochs=1, **budget)
+    assert first.state.step > 2  # past warm-up: the estimate was made before the stop
+    resumed, _ = run(tmp_path / "split", tiny_corpus, resume=True, max_epochs=3, **budget)
+    assert resumed.state.budget_updates == straight.state.budget_updates == 32
+    assert resumed.state.step == straight.state.step > first.state.step
+    assert_same_weights(
+        load_state(tmp_path / "straight" / "last.pt")["model"],
+        load_state(tmp_path / "split" / "last.pt")["model"],
+    )
+
+
+def test_resume_with_another_max_minutes_recomputes_the_estimate_and_says_so(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    run(tmp_path / "run", tiny_corpus, max_steps=8, max_minutes=60, valid_every=100)
+    saved = load_state(tmp_path / "run" / "last.pt")["state"]
+    assert saved["budget_updates"] > 8  # an hour of tiny updates
+
+    def resume(minutes: float) -> tuple[Trainer, str]:
+        console = quiet_console()
+        cfg = train_cfg(tiny_corpus, max_steps=12, max_minutes=minutes, valid_every=100)
+        trainer = Trainer(tmp_path / "run", MODEL, cfg, resume=True, console=console)
+        return trainer, console.file.getvalue()
+
+    same, said = resume(60)
+    assert same.state.budget_updates == saved["budget_updates"] and "max-minutes" not in said
+    longer, said = resume(120)
+    expected = budget_updates(8, saved["elapsed"], saved["update_seconds"], 120)
+    assert longer.state.budget_updates == expected > saved["budget_updates"]
+    assert longer.state.budget_minutes == 120
+    assert f"--max-minutes 60 -> 120: the learning rate now reaches 0 at update {expected}" in said
+    assert f"(was {saved['budget_updates']};" in said
+    unbounded, said = resume(0)
+    assert unbounded.state.budget_updates == 0 and unbounded.cfg.budget_decay is None
+    assert "no --max-minutes any more (was 60): the learning rate follows 1/sqrt decay" in said
+    assert unbounded.lr(9) == pytest.approx(lr_at(9, unbounded.cfg))
+
+
+def test_validation_and_every_other_record_carry_the_elapsed_time(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    monkeypatch.setattr(trainer_module, "LOG_EVERY", 4)
+    run(tmp_path / "run", tiny_corpus, max_steps=8, valid_every=4)
+    records = log_records(tmp_path / "run")
+    assert {"valid_bleu", "loss", "test_bleu", "stopped_by"} <= {k for r in records for k in r}
+    assert all(isinstance(r["elapsed"], float) for r in records)
+    assert [r["elapsed"] for r in records] == sorted(r["elapsed"] for r in records)
+    at_4 = [r for r in records if r["step"] == 4 and ("loss" in r or "valid_bleu" in r)]
+    assert len(at_4) == 2 and at_4[0]["elapsed"] == at_4[1]["elapsed"] > 0  # its weights' time

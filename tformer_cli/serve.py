@@ -1,0 +1,382 @@
+"""``tformer serve``: translations and attention maps over HTTP, and a page to explore them.
+
+One thread owns the model. Requests wait in a queue; that thread gathers what arrives within a
+few milliseconds (up to ``max_tokens`` source tokens) into one decoding batch per decoding
+setting, and answers each request with its own results. The model is fixed at start: no request
+names a file. Every bad request gets a 4xx answer with a one-line ``detail``.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+from rich.console import Console
+
+from tformer_cli import __version__
+from tformer_cli.checkpoint import LoadedRun, load_run
+from tformer_cli.config import DecodeConfig
+from tformer_cli.data.tokenizer import EOS_ID, encode
+from tformer_cli.decode.search import format_translations, search, translate_texts
+from tformer_cli.device import inference, precision_name
+from tformer_cli.errors import TformerError
+from tformer_cli.report.attention.maps import KINDS, inspect_pair
+from tformer_cli.report.attention.render import to_json
+from tformer_cli.report.attention.view import summary_rows
+
+try:
+    import uvicorn
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from fastapi_offline import FastAPIOffline
+    from pydantic import ConfigDict, Field, create_model
+except ImportError:  # the serve extra is not installed
+    raise TformerError(
+        "tformer serve needs its extra packages: pip install 'tformer[serve]'"
+    ) from None
+
+PAGE_FILES = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css"}
+MEDIA_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+# The page loads nothing from elsewhere; inline styles are set from the script (CSSOM) only.
+PAGE_POLICY = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
+
+ASGIApp = Callable[..., Awaitable[None]]
+Scope = MutableMapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; past them it gets a 4xx answer (503 past ``timeout``)."""
+
+    max_chars: int = 1000  # characters per text
+    max_texts: int = 64  # texts per /translate request
+    max_body: int = 1 << 20  # bytes of a request body
+    max_beam: int = 16  # beam and nbest range from 1
+    timeout: float = 30.0  # seconds from arrival to answer
+
+
+# ---------------------------------------------------------------------------- the model's thread
+@dataclass
+class Job:
+    """One request's work: its texts decoded with ``cfg`` (``attention``: one text's maps)."""
+
+    texts: list[str]
+    cfg: DecodeConfig
+    tokens: int
+    attention: bool = False
+    future: Future = field(default_factory=Future)
+
+
+def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, Any]:
+    """What ``tformer inspect-attention --json`` writes for ``text``: every kind's weights with
+    their token labels, and the per-head summary of cross-attention."""
+    src_ids = encode(run.tokenizer, [text])[0]
+    with inference(run.device, run.dtype):
+        src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
+        best = search(run.model, src, dataclasses.replace(cfg, nbest=1))[0][0]
+        targets = best.tokens + [EOS_ID] * best.finished
+        maps = inspect_pair(run.model, run.tokenizer, text, src_ids, targets)
+    return json.loads(to_json(maps, summary_rows(maps, "cross")))
+
+
+class Batcher:
+    """The thread that runs the model: takes jobs from a queue, gathers those that arrive within
+    ``wait`` seconds of the first (until ``max_tokens`` source tokens), decodes each group of
+    equal settings as one batch, and resolves every job's future with its own results."""
+
+    def __init__(self, run: LoadedRun, max_tokens: int, wait: float) -> None:
+        self.run, self.max_tokens, self.wait = run, max_tokens, wait
+        self.queue: queue.Queue[Job | None] = queue.Queue()
+        self.requests = self.batches = 0
+        self.thread = threading.Thread(target=self._loop, name="tformer-model", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+    def submit(self, job: Job) -> Future:
+        self.requests += 1
+        self.queue.put(job)
+        return job.future
+
+    def _gather(self, first: Job) -> tuple[list[Job], bool]:
+        """``first`` and the jobs that follow within the wait, up to the token budget; and
+        whether a stop came."""
+        jobs, tokens = [first], first.tokens
+        deadline = time.monotonic() + self.wait
+        while tokens < self.max_tokens:
+            try:
+                job = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+            tokens += job.tokens
+        return jobs, False
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop and (first := self.queue.get()) is not None:
+            jobs, stop = self._gather(first)
+            live = [j for j in jobs if j.future.set_running_or_notify_cancel()]  # not timed out
+            groups: dict[tuple[bool, DecodeConfig], list[Job]] = {}
+            for job in live:
+                groups.setdefault((job.attention, job.cfg), []).append(job)
+            for group in groups.values():
+                self._run(group)
+
+    def _run(self, group: list[Job]) -> None:
+        """Decode one group; an error answers its jobs and leaves the thread serving."""
+        try:
+            if group[0].attention:
+                answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
+            else:
+                texts = [t for j in group for t in j.texts]
+                results = translate_texts(self.run, texts, group[0].cfg, self.max_tokens)
+                lines = format_translations(results, "json")
+                answers, start = [], 0
+                for job in group:
+                    part = [json.loads(line) for line in lines[start : start + len(job.texts)]]
+                    answers.append([{**r, "index": i} for i, r in enumerate(part)])
+                    start += len(job.texts)
+            self.batches += 1
+        except Exception as e:  # one bad batch must not end the thread
+            for job in group:
+                job.future.set_exception(e)
+            return
+        for job, answer in zip(group, answers, strict=True):
+            job.future.set_result(answer)
+
+
+# ---------------------------------------------------------------------------- limits
+class BodyCheck:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413, one that is not UTF-8 422,
+    before any parsing."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_big = JSONResponse({"detail": f"body: larger than {self.limit} bytes"}, 413)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.limit:
+            return await too_big(scope, receive, send)
+        body, more = b"", True
+        while more:  # read it all (also a chunked body, which has no length)
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await too_big(scope, receive, send)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            detail = f"body: not valid UTF-8 (bad byte {e.start + 1})"
+            return await JSONResponse({"detail": detail}, 422)(scope, receive, send)
+        replayed = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def field_name(loc: tuple[Any, ...]) -> str:
+    """``("body", "texts", 3)`` -> ``texts[3]``; the body itself is ``body``."""
+    name = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else str(part)
+    return name or "body"
+
+
+def request_models(limits: Limits) -> tuple[type, type]:
+    """The bodies of ``/translate`` and ``/attention``, with the limits in their schema.
+    Strict: ``"5"`` is not a beam, and an unknown field is an error (a typo is not ignored)."""
+    strict = ConfigDict(extra="forbid", strict=True)
+    text = Annotated[str, Field(max_length=limits.max_chars)]
+    beam = {"ge": 1, "le": limits.max_beam, "description": "Beam size (1: greedy)."}
+    alpha = Field(0.6, ge=0, le=5, description="GNMT length penalty.")
+    translate = create_model(
+        "TranslateRequest",
+        __config__=strict,
+        texts=(list[text], Field(min_length=1, max_length=limits.max_texts)),
+        beam=(int, Field(5, **beam)),
+        nbest=(int, Field(1, ge=1, le=limits.max_beam, description="Hypotheses per text.")),
+        alpha=(float, alpha),
+    )
+    attention = create_model(
+        "AttentionRequest",
+        __config__=strict,
+        text=(text, ...),
+        beam=(int, Field(1, **beam)),
+        alpha=(float, alpha),
+    )
+    return translate, attention
+
+
+# ---------------------------------------------------------------------------- the app
+def page_route(name: str) -> Callable[[], Awaitable[Response]]:
+    """A handler answering with the page file ``name`` (package data, read once)."""
+    content = resources.files("tformer_cli").joinpath("serve_page", name).read_bytes()
+    headers = {"Content-Security-Policy": PAGE_POLICY, "Cache-Control": "no-cache"}
+
+    async def page() -> Response:
+        return Response(content, media_type=MEDIA_TYPES[Path(name).suffix], headers=headers)
+
+    return page
+
+
+def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any]:
+    m = run.model
+    return {
+        "run": run.run_dir.name,
+        "tformer": __version__,
+        "device": str(run.device),
+        "precision": precision_name(run.device, run.dtype),
+        "parameters": sum(p.numel() for p in m.parameters()),
+        "layers": {"encoder": len(m.encoder), "decoder": len(m.decoder)},
+        "heads": m.cfg.h,
+        "kinds": list(KINDS),
+        "limits": dataclasses.asdict(limits),
+        "max_tokens": max_tokens,
+        "config": dataclasses.asdict(run.config),
+    }
+
+
+def create_app(
+    run: LoadedRun, limits: Limits = Limits(), max_tokens: int = 4096, wait_ms: float = 5.0
+) -> FastAPI:
+    """The app serving ``run``; its model thread runs while the app does (its lifespan)."""
+    batcher = Batcher(run, max_tokens, wait_ms / 1000)
+    info = model_info(run, limits, max_tokens)
+    positions = run.model.cfg.max_positions
+    translate_body, attention_body = request_models(limits)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        batcher.stop()
+
+    app = FastAPIOffline(  # FastAPI with its /docs page's script served here: no CDN
+        title="tformer serve",
+        version=__version__,
+        description=f"Translations and attention maps of the run `{info['run']}`.",
+        lifespan=lifespan,
+    )
+    app.state.batcher = batcher
+
+    @app.exception_handler(RequestValidationError)
+    async def one_line_422(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0]
+        if first["type"] == "json_invalid":  # loc: ("body", character offset)
+            reason = first.get("ctx", {}).get("error", "")
+            detail = f"body: invalid JSON at character {first['loc'][-1]} ({reason})"
+        else:
+            detail = f"{field_name(tuple(first['loc']))}: {first['msg']}"
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    def count_tokens(texts: list[str], name: str) -> int:
+        """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
+        lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]
+        for i, n in enumerate(lengths):
+            if n > positions:
+                where = f"{name}[{i}]" if name == "texts" else name
+                raise HTTPException(
+                    422, f"{where}: {n} tokens; this model reads at most {positions}"
+                )
+        return sum(lengths)
+
+    async def answer(job: Job) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), limits.timeout)
+        except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+            raise HTTPException(
+                503, f"timeout: no answer within {limits.timeout:g} s (server busy); try again"
+            ) from None
+        except TformerError as e:
+            raise HTTPException(422, str(e)) from None
+
+    @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
+    async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]
+        if body.nbest > body.beam:
+            raise HTTPException(422, f"nbest: {body.nbest} needs beam >= {body.nbest}")
+        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha, nbest=body.nbest)
+        tokens = count_tokens(body.texts, "texts")
+        return {"translations": await answer(Job(body.texts, cfg, tokens))}
+
+    @app.post("/attention", summary="Attention maps of one translation: `inspect-attention --json`")
+    async def attention(body: attention_body) -> dict[str, Any]:  # type: ignore[valid-type]
+        if not body.text.strip():
+            raise HTTPException(422, "text: nothing to translate: the text is empty")
+        tokens = count_tokens([body.text], "text")
+        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha)
+        return await answer(Job([body.text], cfg, tokens, attention=True))
+
+    @app.get("/health", summary="Liveness and counters")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "requests": batcher.requests,
+            "batches": batcher.batches,
+            "queued": batcher.queue.qsize(),
+        }
+
+    @app.get("/model", summary="The run's configuration, the server's limits")
+    async def model() -> dict[str, Any]:
+        return info
+
+    for path, name in PAGE_FILES.items():
+        app.get(path, include_in_schema=False)(page_route(name))
+
+    app.add_middleware(BodyCheck, limit=limits.max_body)
+    return app
+
+
+def serve(
+    model_dir: Path | None,
+    err: Console,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: Limits = Limits(),
+    max_tokens: int = 4096,
+    wait_ms: float = 5.0,
+    device: str = "auto",
+    precision: str = "fp32",
+    quiet: bool = False,
+) -> None:
+    """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C."""
+    run = load_run(model_dir, device, precision)
+    app = create_app(run, limits, max_tokens, wait_ms)
+    if not quiet:
+        shown = f"[{host}]" if ":" in host else host
+        err.print(
+            f"serving {run.run_dir} on http://{shown}:{port}/ (API: /docs, /openapi.json)",
+            markup=False,
+            highlight=False,
+        )
+    uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info")
