@@ -385,7 +385,7 @@ def train(
     """
     from tformer_cli.checkpoint import RunConfig
     from tformer_cli.data.corpus import kept_data
-    from tformer_cli.train.distributed import launch, leave_world
+    from tformer_cli.train.distributed import launch
     from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
 
     if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
@@ -444,7 +444,7 @@ def train(
     try:
         result = trainer.run(quiet=quiet)
     finally:
-        leave_world(trainer.world)
+        trainer.close()
     if not trainer.world.main:  # under torchrun rank 0 alone reports
         raise typer.Exit(130 if result.interrupted else 0)
     if result.test_bleu is not None:

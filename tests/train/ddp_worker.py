@@ -80,7 +80,7 @@ def main() -> None:
         report = {"world": trainer.world.size, "step": result.state.step,
                   "same_weights": all(bool(x) for x in everyone), "gradient_gap": gap}  # fmt: skip
         out.write_text(json.dumps(report), encoding="utf-8")
-    dist.destroy_process_group()
+    trainer.close()
 
 
 if __name__ == "__main__":

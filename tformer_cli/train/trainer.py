@@ -13,6 +13,7 @@ reaches the weights.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import math
@@ -72,6 +73,7 @@ from tformer_cli.train.distributed import (
     barrier,
     from_main,
     init_world,
+    leave_world,
 )
 from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.scheduled_sampling import (
@@ -522,6 +524,13 @@ class Trainer:
         )  # fmt: skip
         self.state.step += made
         return loss, n_tokens, made
+
+    def close(self) -> None:
+        """Leave the process group (DDP): the DDP wrapper goes first, so that no gradient
+        bucket of its own outlives the group it talks through."""
+        self.ddp = None
+        gc.collect()
+        leave_world(self.world)
 
     def lr(self, step: int) -> float:
         """The learning rate of update ``step``: ``lr_at`` with the budget's last update, the
