@@ -214,10 +214,12 @@ def test_cache_select_keeps_and_reorders_rows(tiny_model, token_batch, decoder_i
     assert torch.allclose(torch.cat(later, dim=1), full[rows, 3:], atol=ATOL, rtol=0)
 
 
-def test_cache_with_beams_shares_memory_and_reorders_beam_rows_in_place(
-    tiny_model, token_batch, decoder_input
+@pytest.mark.parametrize("spare", [False, True])
+def test_cache_with_beams_shares_memory_and_reorders_beam_rows(
+    tiny_model, token_batch, decoder_input, spare
 ):
-    """Two beams per sentence (rows s0b0 s0b1 s1b0 s1b1) against a pass with the source repeated."""
+    """Two beams per sentence (rows s0b0 s0b1 s1b0 s1b1) against a pass with the source
+    repeated; the reorder in place (for captured steps) or into a spare buffer (eager)."""
     model = tiny_model(seed=11)
     src = token_batch([5, 3], seed=21)
     y = decoder_input([6, 6, 6, 6], seed=22)  # one decoder input per beam
@@ -230,9 +232,10 @@ def test_cache_with_beams_shares_memory_and_reorders_beam_rows_in_place(
         first = [model.decode(y[:, t : t + 1], None, None, cache) for t in range(3)]
         # beam 1 of sentence 0 is continued twice, sentence 1's beams swap places
         rows = torch.tensor([1, 1, 3, 2])
+        cache.spare = torch.zeros_like(cache.self_kv) if spare else None
         address = cache.self_kv.data_ptr()
         cache.reorder(rows)
-        assert cache.self_kv.data_ptr() == address  # a captured step still finds it
+        assert (cache.self_kv.data_ptr() == address) is not spare  # in place: found by a graph
         later = [model.decode(y[rows, t : t + 1], None, None, cache) for t in range(3, 6)]
         reordered = model(src_rep, y[rows])
     assert torch.allclose(torch.cat(first, dim=1), full[:, :3], atol=ATOL, rtol=0)

@@ -130,15 +130,19 @@ class DecodeStep:
         padded[B:, :S] = src[-1]
         memory, src_mask = self.model.encode(padded)  # (B', S', d), (B', 1, 1, S')
         cache = self.model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
-        if not self.graphs:
-            return cache
-        return self.pooled(cache)
+        if self.graphs:
+            return self.pooled(cache)
+        if beams > 1 and self.fn == self.eager:  # eager beam search: reorder by swapping
+            cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
+        return cache
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` (into B) and ``sentences`` (into B'), fewer than it holds:
         new buffers when eager, else the ones kept for that shape."""
         if not self.graphs:
-            return cache.select(rows, sentences)
+            kept = cache.select(rows, sentences)
+            kept.spare = None if cache.spare is None else torch.zeros_like(kept.self_kv)
+            return kept
         key = self.key(cache, rows.numel(), sentences.numel())
         kept = cache.select(rows, sentences, into=self.pool.get(key))
         return self.pool.setdefault(key, kept)

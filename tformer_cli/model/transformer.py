@@ -32,12 +32,18 @@ class DecoderCache:
     src_mask: Tensor  # (B', 1, 1, S)
     pos: Tensor  # (), long: slots 0 .. pos-1 are filled, the next token goes to slot pos
     span: int  # slots attended to: pos + (new tokens) <= span <= T_max
+    spare: Tensor | None = None  # a second buffer like self_kv, for eager beam search
 
     def reorder(self, rows: Tensor) -> None:
-        """Row i of the buffer becomes row ``rows[i]`` (beam search), in place: the buffer
-        keeps its address, so a captured step still reads and writes it."""
+        """Row i of the buffer becomes row ``rows[i]`` (beam search). In place, so that the
+        buffer keeps its address for a captured or compiled step; with a ``spare`` buffer
+        (eager), gathered into it and the two swap places: half the memory traffic."""
         filled = self.self_kv.narrow(4, 0, self.span)  # (L, 2, B, h, span, d_k)
-        filled.copy_(filled.index_select(2, rows))
+        if self.spare is None:
+            filled.copy_(filled.index_select(2, rows))
+            return
+        torch.index_select(filled, 2, rows, out=self.spare.narrow(4, 0, self.span))
+        self.self_kv, self.spare = self.spare, self.self_kv
 
     def select(
         self, rows: Tensor, sentences: Tensor, into: DecoderCache | None = None
