@@ -226,6 +226,7 @@ def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
         (["--sample", "--top-p", "1.5"], "top-p must be in (0, 1]"),
         (["--sample", "--epsilon", "1"], "epsilon must be in [0, 1)"),
         (["--top-k", "3"], "need --sample or --mbr"),
+        (["--mbr", "4", "--mbr-from", "beam", "--temperature", "0.5"], "need --sample or --mbr"),
         (["--mbr", "4", "--mbr-utility", "ter"], "unknown --mbr-utility 'ter'"),
         (["--mbr", "4", "--mbr-from", "dice"], "unknown --mbr-from 'dice'"),
     ],

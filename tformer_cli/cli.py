@@ -485,23 +485,29 @@ def average_checkpoints(
 
 
 # ---------------------------------------------------------------------------- translate
-def sampling_config(
-    wanted: bool,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    epsilon: float | None,
-) -> SamplingConfig | None:
-    """The sampling settings where sampling is asked for (``--sample`` or MBR's samples);
-    a sampling option given without it is an error, not ignored."""
-    given = temperature != 1.0 or top_k is not None or top_p is not None or epsilon is not None
-    if not wanted:
-        if given:
-            raise TformerError(
-                "--temperature, --top-k, --top-p and --epsilon need --sample or --mbr"
-            )
-        return None
-    return SamplingConfig(temperature, top_k, top_p, epsilon)
+def search_config(
+    beam: int,
+    alpha: float,
+    sample: bool,
+    sampling: tuple[float, int | None, float | None, float | None],
+    mbr: int,
+    mbr_from: str,
+    mbr_utility: str,
+    **rest: Any,
+) -> DecodeConfig:
+    """The search of translate and eval: beam (``beam`` 1: greedy), ``--sample`` (the
+    ``sampling`` settings: temperature, top-k, top-p, epsilon) or ``--mbr`` over samples or
+    the beam's n-best; ``rest``: the other ``DecodeConfig`` fields. A sampling setting given
+    where nothing is sampled is an error, not ignored."""
+    draws = sample or (mbr > 0 and mbr_from == "sample")
+    if not draws and sampling != (1.0, None, None, None):
+        raise TformerError(
+            "--temperature, --top-k, --top-p and --epsilon need --sample or --mbr (from samples)"
+        )
+    return DecodeConfig(
+        beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
+        sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
+    )  # fmt: skip
 
 
 def read_inputs(
@@ -609,14 +615,12 @@ def translate(
     )
     from tformer_cli.device import oom_hint
 
-    k = 1 if greedy or sample or (mbr and mbr_from == "sample") else beam
+    k = 1 if greedy else beam
     if nbest > k and not (sample or mbr):
         raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")
-    sampling = sampling_config(sample or mbr > 0, temperature, top_k, top_p, epsilon)
-    cfg = DecodeConfig(
-        beam=k, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-        min_len=min_len, sampling=sampling if sample or mbr_from == "sample" else None,
-        seed=seed, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
+    cfg = search_config(
+        k, alpha, sample, (temperature, top_k, top_p, epsilon), mbr, mbr_from, mbr_utility,
+        max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest, min_len=min_len, seed=seed,
     )  # fmt: skip
     inputs = read_inputs(texts, file)
     run = load_runs(model, device, precision, compile)
@@ -758,11 +762,9 @@ def evaluate(
     from tformer_cli.device import oom_hint
     from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
 
-    sampling = sampling_config(sample or mbr > 0, temperature, top_k, top_p, epsilon)
-    search = DecodeConfig(
-        beam=1 if sample or (mbr and mbr_from == "sample") else beam, alpha=alpha,
-        min_len=min_len, sampling=sampling if sample or mbr_from == "sample" else None,
-        seed=seed, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
+    search = search_config(
+        beam, alpha, sample, (temperature, top_k, top_p, epsilon), mbr, mbr_from, mbr_utility,
+        min_len=min_len, seed=seed,
     )  # fmt: skip
     runs = model or [None]
     for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from tformer_cli.compile import check_mode
 from tformer_cli.errors import TformerError
 
 if sys.version_info >= (3, 11):
@@ -140,8 +141,7 @@ class TrainConfig:
             raise TformerError(f"unknown --decay {self.decay!r}: use {', '.join(DECAYS)}")
         if self.decay in ("linear", "cosine") and not (self.max_minutes or self.max_steps):
             raise TformerError(f"--decay {self.decay} needs --max-minutes or --max-steps")
-        if self.compile not in ("auto", "on", "off"):
-            raise TformerError(f"unknown --compile {self.compile!r}: use auto, on or off")
+        check_mode(self.compile)
 
     @property
     def budget_decay(self) -> str | None:

@@ -4,6 +4,8 @@ every way gives the eager search's tokens and scores; buckets; int8 weights."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -58,10 +60,14 @@ def test_auto_and_on_capture_cuda_graphs_on_cuda_and_off_does_not():
     assert not any(uses_cuda_graphs(cpu, mode) for mode in ("auto", "on", "off"))
 
 
-def test_the_step_is_kept_per_model_and_mode(tiny_model):
+def test_the_step_is_kept_per_model_and_mode_and_goes_with_the_model(tiny_model):
     model = tiny_model(seed=2).eval()
     assert DecodeStep.of(model, "off") is DecodeStep.of(model, "off")
     assert DecodeStep.of(model, "off") is not DecodeStep.of(model, "auto")
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # the kept steps (and their buffers, graphs) do not keep it alive
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -81,7 +81,7 @@ class DecodeStep:
         compile: str = "auto",
         on_notice: Callable[[str], None] | None = None,
     ) -> None:
-        self.model = model
+        self.model_ref = weakref.ref(model)  # kept by _STEPS under the model: no cycle to it
         self.graphs = uses_cuda_graphs(next(model.parameters()).device, compile)
         compiled = not self.graphs and wanted(compile, auto=False)
         self.fn = (
@@ -93,6 +93,12 @@ class DecodeStep:
         self.captured: dict[tuple, _Graph] = {}
         self.pool: dict[tuple, DecoderCache] = {}  # buffers that captured graphs read and write
         self.mempool = torch.cuda.graph_pool_handle() if self.graphs else None
+
+    @property
+    def model(self) -> Transformer:
+        model = self.model_ref()
+        assert model is not None, "the model of a decode step is gone"
+        return model
 
     @classmethod
     def of(cls, model: Transformer, compile: str = "auto") -> DecodeStep:
