@@ -120,6 +120,20 @@ def test_dropout_zeroes_a_fraction_p_and_scales_the_rest():
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
 
 
+def test_dropout_draws_every_element_alike_and_from_the_global_generator():
+    """Four elements share one 64-bit draw: each of the four 16-bit lanes must drop at rate p
+    (a draw whose top bit were always 0 would keep every fourth element), and the same seed
+    gives the same mask."""
+    x = torch.ones(1000, 400)
+    torch.manual_seed(3)
+    y = dropout(x, 0.3, training=True)
+    lanes = (y != 0).float().view(-1, 4).mean(0)  # keep rate of lanes 0..3
+    assert torch.allclose(lanes, torch.full((4,), 0.7), atol=0.005), lanes
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, 0.3, training=True), y)
+    assert not torch.equal(dropout(x, 0.3, training=True), y)
+
+
 def test_dropout_gradient_is_the_same_mask_and_scale():
     torch.manual_seed(1)
     x = torch.randn(64, 32, requires_grad=True)
