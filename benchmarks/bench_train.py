@@ -7,7 +7,10 @@ same batches with the same loss, in two rows: as a Hugging Face loop sets it up 
 shipped") and given our shortcuts ("tuned": same optimizer, the faster of its eager and SDPA
 attention measured here, no decoding cache, the output layer on real positions only). The
 systems are interleaved round by round, their order rotated every round; medians are shown,
-and ``--json FILE`` keeps every figure. bf16 rows only where the hardware is fast at bf16.
+and ``--json FILE`` keeps every figure. On CPU a last row replays the step's matrix products
+alone (recorded as the step ran them): the floor any implementation of the same products
+stands on, so "vs fastest HF" of that row bounds what a faster step could reach. bf16 rows
+only where the hardware is fast at bf16.
 
     python benchmarks/bench_train.py                 # toy default + 3+3 d=256 vocab 8k
     python benchmarks/bench_train.py --steps 20 --rounds 5 --json train.json
@@ -34,11 +37,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tformer_cli.compile import maybe_compile
 from tformer_cli.config import ModelConfig, TrainConfig
@@ -136,6 +141,58 @@ def tformer_system(
                    forward)  # fmt: skip
 
     return System("tformer compiled" if compiled else "tformer", step)
+
+
+GEMMS = (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm)
+
+
+class GemmRecorder(TorchDispatchMode):
+    """Records every matrix product that reaches ATen (forward and backward, after autocast):
+    the op and, per argument, a tensor's (shape, strides, dtype) or the value itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, list[Any], dict[str, Any]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func.overloadpacket in GEMMS:
+            layout = [(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+                      for a in args]  # fmt: skip
+            self.calls.append((func, layout, dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def gemm_floor_system(
+    step: Callable[[list[Batch], torch.dtype | None], None], updates: list[list[Batch]],
+    dtype: torch.dtype | None, device: torch.device,
+) -> System:  # fmt: skip
+    """The matrix products of ``step`` alone: every mm/addmm/bmm of one pass over ``updates``
+    (shapes, strides and dtypes as the step ran them, transposed operands included), replayed
+    on random operands. A floor for any implementation that computes the same products: what
+    a step adds to it is element-wise work, casts, the optimizer and overhead."""
+    tensors: dict[tuple[Any, ...], torch.Tensor] = {}  # one random operand per layout
+
+    def operand(a: Any) -> Any:
+        if not isinstance(a, tuple) or not isinstance(a[-1], torch.dtype):
+            return a
+        if a not in tensors:
+            shape, stride, dt = a
+            tensors[a] = torch.empty_strided(shape, stride, dtype=dt, device=device).normal_()
+        return tensors[a]
+
+    replays = {}
+    for group in updates:
+        with GemmRecorder() as recorder:
+            step(group, dtype)
+        replays[id(group)] = [
+            (func, [operand(a) for a in args], kwargs) for func, args, kwargs in recorder.calls
+        ]
+
+    def replay(group: list[Batch], _dtype: torch.dtype | None) -> None:
+        for func, args, kwargs in replays[id(group)]:
+            func(*args, **kwargs)
+
+    return System("tformer GEMMs only", replay, "the step's matrix products replayed alone")
 
 
 def print_notice(text: str) -> None:
@@ -349,6 +406,8 @@ def main() -> None:
                                  " per pass)")  # fmt: skip
             for s in systems:
                 s.step(updates[0], dtype)  # warm-up (and compile)
+            if device.type == "cpu" and world.size == 1:
+                systems.append(gemm_floor_system(systems[0].step, updates, dtype, device))
             for r in range(args.rounds):  # interleaved, the order rotated every round
                 for s in systems[r % len(systems) :] + systems[: r % len(systems)]:
                     seconds.setdefault((s.name, p), []).append(
@@ -356,6 +415,8 @@ def main() -> None:
                     )
             median = {s.name: statistics.median(seconds[(s.name, p)]) for s in systems}
             hf_best = min((t for n, t in median.items() if n.startswith("HF")), default=None)
+            order = [s for s in systems if s.name != "tformer GEMMs only"]
+            systems = order + [s for s in systems if s not in order]  # the floor printed last
             for s in systems:
                 t = median[s.name]
                 mfu = flops / t / (ceilings[p] * world.size)

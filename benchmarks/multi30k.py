@@ -3,9 +3,12 @@ command, then `tformer eval` on test2016 (greedy and beam 5, sacrebleu BLEU and 
 
 Runs the installed `tformer` command as a subprocess, so what is measured is exactly what a user
 types; prints each command, then a table: training wall time, updates, best validation BLEU (and
-the checkpoint average's), test BLEU/chrF greedy and beam 5, and the sacrebleu signatures.
+the checkpoint average's), validation BLEU at 5/10/15/30/60 minutes of training, test BLEU/chrF
+greedy and beam 5, and the sacrebleu signatures. Options after ``--`` go to `tformer train`.
 
     python benchmarks/multi30k.py                                 # 60 minutes of training
+    python benchmarks/multi30k.py --minutes 14 --preset multi30k-15min
+    python benchmarks/multi30k.py --minutes 14 -- --lr 1e-3 --warmup 100   # a variant
     python benchmarks/multi30k.py --minutes 0.5 --name m30k-smoke  # does it work?
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import platform
 import shlex
 import shutil
 import subprocess
@@ -22,7 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tformer_cli.checkpoint import load_state
+from tformer_cli.device import cpu_model
+
+MARKS = (5, 10, 15, 30, 60)  # minutes of training at which validation BLEU is reported
 
 
 def tformer_command() -> str:
@@ -50,20 +59,34 @@ def read_log(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+def bleu_at(log: list[dict[str, Any]], minutes: float) -> str:
+    """The last validation BLEU recorded within ``minutes`` of training, and when it was."""
+    done = [r for r in log if "valid_bleu" in r and r["elapsed"] <= minutes * 60 + 1]
+    if not done:
+        return "n/a"
+    r = done[-1]
+    return f"{r['valid_bleu']:.2f} (update {r['step']}, {r['elapsed'] / 60:.1f} min)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data/multi30k", help="Multi30k folder")
     parser.add_argument("--minutes", type=float, default=60.0, help="training budget")
+    parser.add_argument("--preset", default="multi30k", help="the recipe (tformer train --preset)")
     parser.add_argument("--precision", default="auto", help="auto, fp32 or bf16")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--name", default=f"multi30k-{time.strftime('%Y%m%d-%H%M%S')}")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(extra) - (1 if extra else 0)])
 
+    print(f"# {cpu_model()}, torch {torch.__version__}, Python {platform.python_version()},"
+          f" {time.strftime('%Y-%m-%d %H:%M')}", flush=True)  # fmt: skip
     tformer, run_dir = tformer_command(), args.runs_dir / args.name
     train_s = run(
-        [tformer, "train", "--preset", "multi30k", "--data", args.data, "--src", "de",
+        [tformer, "train", "--preset", args.preset, "--data", args.data, "--src", "de",
          "--tgt", "en", "--max-minutes", f"{args.minutes:g}", "--precision", args.precision,
-         "--runs-dir", str(args.runs_dir), "--name", args.name]
+         "--runs-dir", str(args.runs_dir), "--name", args.name, *extra]
     )  # fmt: skip
     report_path = run_dir / "eval-test.json"
     eval_s = run(
@@ -78,12 +101,18 @@ def main() -> None:
     report = json.loads(report_path.read_text(encoding="utf-8"))
     greedy, beam = report["greedy"], report["beam"]
     elapsed = load_state(run_dir / "last.pt")["state"]["elapsed"]
+    speeds = [r["tgt_tokens_per_s"] for r in log if "tgt_tokens_per_s" in r]
     rows = [
-        ("tformer train wall time (setup to test score)", f"{train_s / 60:.1f} min"),
+        ("wall time, train + eval (first command's start to test score)",
+         f"{(train_s + eval_s) / 60:.1f} min"),
+        ("tformer train wall time", f"{train_s / 60:.1f} min"),
         ("training time (the --max-minutes clock)", f"{elapsed / 60:.1f} min"),
         ("updates", f"{max(r['step'] for r in log)}"),
+        ("target tokens/s (median of the log's records)",
+         f"{sorted(speeds)[len(speeds) // 2]:,.0f}" if speeds else "n/a"),
+        *[(f"valid BLEU after {m} min", bleu_at(log, m)) for m in MARKS if m <= args.minutes + 1],
         ("best valid BLEU (greedy, one checkpoint)", f"{max(valid):.2f}" if valid else "n/a"),
-    ]
+    ]  # fmt: skip
     if average is not None:
         rows.append(
             (f"valid BLEU of the average of {len(average['averaged'])}",
@@ -97,7 +126,9 @@ def main() -> None:
         ("chrF signature", greedy["chrf_signature"]),
     ]
     width = max(len(name) for name, _ in rows)
-    print(f"\nMulti30k de->en, --preset multi30k --max-minutes {args.minutes:g}: {run_dir}")
+    options = shlex.join(extra)
+    print(f"\nMulti30k de->en, --preset {args.preset} --max-minutes {args.minutes:g} {options}:"
+          f" {run_dir}")  # fmt: skip
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
 

@@ -258,7 +258,9 @@ def train(
     ] = None,
     preset: Annotated[
         str | None,
-        typer.Option(help="Recipe: toy, multi30k or a .toml file; options given here win."),
+        typer.Option(
+            help="Recipe: toy, multi30k, multi30k-15min or a .toml file; options given here win."
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option(help="Run name: runs/NAME. Default: data+time.")
