@@ -973,13 +973,20 @@ def test_real_process_bad_stdin_bytes(run):
     assert_real_error(proc, "line 2", "UTF-8")
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT back to its default. Tests run in the background (``nohup``, ``&``
+    in a shell without job control) ignore SIGINT, and a child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_real_process_ctrl_c_exits_130_in_one_line(run):
     """Ctrl-C while translate waits for stdin: exit 130, one line, no traceback."""
     cmd = [sys.executable, "-m", "tformer_cli", "translate",
            *map(str, translate_args(run, "--chunk-size", "1")[1:])]  # fmt: skip
     with subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=real_env()
-    ) as proc:
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=real_env(),
+        preexec_fn=default_sigint,
+    ) as proc:  # fmt: skip
         try:
             proc.stdin.write(b"red cat\n")
             proc.stdin.flush()
