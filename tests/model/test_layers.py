@@ -134,6 +134,16 @@ def test_dropout_draws_every_element_alike_and_from_the_global_generator():
     assert not torch.equal(dropout(x, 0.3, training=True), y)
 
 
+def test_dropout_just_below_one_drops_almost_everything_and_scales_finitely():
+    """p = 0.999999 rounds to 65536/65536 on 16 bits: it must stay at 65535/65536 (no division
+    by zero), as ModelConfig allows any p < 1."""
+    torch.manual_seed(4)
+    y = dropout(torch.ones(1000, 1000), 0.999999, training=True)
+    assert torch.isfinite(y).all()
+    assert 0 < int((y != 0).sum()) < 100  # ~15 of a million kept, each scaled by 65536
+    assert torch.allclose(y[y != 0], torch.tensor(65536.0))
+
+
 def test_dropout_gradient_is_the_same_mask_and_scale():
     torch.manual_seed(1)
     x = torch.randn(64, 32, requires_grad=True)
