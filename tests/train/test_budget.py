@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import pytest
 
@@ -104,6 +105,39 @@ def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
     lrs = {r["step"]: r["lr"] for r in log_records(tmp_path / "run") if "lr" in r}
     assert len(lrs) > 3 and lrs == {step: pytest.approx(lr_at(step, cfg, 32)) for step in lrs}
     assert lrs[2] == cfg.lr and lrs[3] == pytest.approx(cfg.lr * 29 / 30)
+
+
+def test_the_estimate_is_made_again_after_the_first_validation_with_its_cost(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    """Warm-up ends at update 2 before any validation; the one after update 4 takes >= 1 s
+    more than usual, and the second estimate spreads it over the 4 updates it follows."""
+    rates: dict[int, float] = {}
+
+    def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
+        rates[step] = seconds
+        return step + 30
+
+    validate = Trainer._validate_and_report
+
+    def slow_validation(self: Trainer) -> None:
+        time.sleep(1.0)
+        validate(self)
+
+    monkeypatch.setattr(trainer_module, "budget_updates", estimate)
+    monkeypatch.setattr(Trainer, "_validate_and_report", slow_validation)
+    trainer, _ = run(
+        tmp_path / "run", tiny_corpus, max_steps=0, max_epochs=3, max_minutes=60, valid_every=4,
+        warmup=2,
+    )  # fmt: skip
+    said = " ".join(trainer.console.file.getvalue().split())  # the lines as one
+    assert list(rates) == [2, 4]  # at the end of warm-up, then after the first validation
+    assert rates[4] - rates[2] > 0.2  # 1 s over 4 updates, and the updates' own time
+    state = load_state(tmp_path / "run" / "last.pt")["state"]
+    assert state["budget_final"] and state["budget_updates"] == 4 + 30
+    assert state["update_seconds"] == pytest.approx(rates[4])
+    assert "no validation yet: estimated again after the first one" in said
+    assert "s per validation (every 4)" in said and "to 0 at update 34 (was 32)" in said
 
 
 def test_resume_keeps_the_saved_estimate_bit_for_bit(

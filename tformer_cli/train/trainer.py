@@ -110,12 +110,15 @@ class TrainState:
     tgt_tokens: int = 0
     skipped: int = 0  # updates skipped for a non-finite loss or gradient
     skipped_in_a_row: int = 0
-    # --max-minutes as a number of updates, estimated once at the end of warm-up
+    # --max-minutes as a number of updates, estimated at the end of warm-up (and once more
+    # after the first validation, if none had run by then)
     budget_updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
     budget_minutes: float = 0.0  # the --max-minutes it was estimated for
-    update_seconds: float = 0.0  # measured seconds per update, validations included
+    budget_final: bool = False  # whether the estimate knew what a validation costs
+    update_seconds: float = 0.0  # measured seconds per update, validations spread over them
     mark_step: int = 0  # (update, elapsed) halfway through warm-up: where the measuring began
     mark_elapsed: float = 0.0
+    valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
 
 
 @dataclass(frozen=True)
@@ -540,26 +543,41 @@ class Trainer:
         return lr_at(step, c, min(ends) if ends else None)
 
     def _plan_budget(self) -> None:
-        """Turn --max-minutes into a number of updates once, at the end of warm-up: measure
-        the seconds per update (validations included) from halfway through warm-up on, and
-        divide the time left by them. Rank 0's clock decides and every rank gets its numbers,
-        so that DDP ranks keep one schedule; the estimate is saved in last.pt."""
+        """Turn --max-minutes into a number of updates: the seconds left divided by the seconds
+        per update, measured from halfway through warm-up on, a validation's seconds spread
+        over the --valid-every updates it follows. Made at the end of warm-up; if no validation
+        had run by then, made once more after the first one, whose cost the first estimate
+        lacked (the rate then ended at 6-10% of its peak in 15-minute Multi30k runs). Rank
+        0's clock decides and every rank gets its numbers, so that DDP ranks keep one
+        schedule; the estimate is saved in last.pt."""
         c, s = self.cfg, self.state
-        if not c.max_minutes or c.budget_decay is None or s.budget_updates:
+        if not c.max_minutes or c.budget_decay is None or s.budget_final:
             return
-        if s.step == c.warmup // 2:
-            s.mark_step, s.mark_elapsed = s.step, s.elapsed
-        if s.step < c.warmup:
+        if s.step == c.warmup // 2 and not s.budget_updates:
+            s.mark_step, s.mark_elapsed, s.valid_seconds = s.step, s.elapsed, 0.0
+        validations = s.step // c.valid_every - s.mark_step // c.valid_every  # since the mark
+        if s.step < c.warmup or (s.budget_updates and not validations):
             return
-        steps = s.step - s.mark_step
-        seconds = (s.elapsed - s.mark_elapsed) / steps if steps else s.elapsed / max(s.step, 1)
+        steps = s.step - s.mark_step  # >= 1: the mark is at warmup // 2 < warmup, or 0
+        train = (s.elapsed - s.mark_elapsed - s.valid_seconds) / steps
+        valid = s.valid_seconds / validations if validations else 0.0  # one validation
+        seconds = train + valid / c.valid_every
         total = budget_updates(s.step, s.elapsed, seconds, c.max_minutes)
-        total, seconds = from_main(self.world, [total, seconds], self.device)
+        total, seconds, train, valid = from_main(
+            self.world, [total, seconds, train, valid], self.device
+        )
+        was = s.budget_updates
         s.budget_updates, s.budget_minutes, s.update_seconds = int(total), c.max_minutes, seconds
+        s.budget_final = validations > 0
+        measured = f"{train * 1000:.0f} ms/update" + (
+            f" and {valid:.1f} s per validation (every {c.valid_every})"
+            if s.budget_final
+            else " (no validation yet: estimated again after the first one)"
+        )
         self.console.log(
-            f"--max-minutes {c.max_minutes:g}: {seconds * 1000:.0f} ms/update measured over"
-            f" updates {s.mark_step}-{s.step}, so the learning rate decays ({c.budget_decay})"
-            f" to 0 at update {s.budget_updates}"
+            f"--max-minutes {c.max_minutes:g}: {measured}, measured over updates"
+            f" {s.mark_step}-{s.step}, so the learning rate decays ({c.budget_decay}) to 0 at"
+            f" update {s.budget_updates}{f' (was {was})' if was else ''}"
         )
 
     def micro_seeds(self, n: int) -> list[int]:
@@ -773,6 +791,7 @@ class Trainer:
                         t0 = time.perf_counter()
                         if s.step % cfg.valid_every == 0 and w.main:
                             self._validate_and_report()
+                            s.valid_seconds += time.perf_counter() - t0
                         elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
                             self._save_last()
                         s.elapsed += time.perf_counter() - t0
