@@ -111,21 +111,30 @@ def test_the_estimate_is_made_again_after_the_first_validation_with_its_cost(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
     """Warm-up ends at update 2 before any validation; the one after update 4 takes >= 1 s
-    more than usual, and the second estimate spreads it over the 4 updates it follows."""
+    more than usual, and the second estimate spreads it over the 4 updates it follows. The
+    last.pt it saves counts that second in the time spent validating and in the total."""
     rates: dict[int, float] = {}
 
     def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
         rates[step] = seconds
         return step + 30
 
-    validate = Trainer._validate_and_report
+    validate = Trainer.validate
 
-    def slow_validation(self: Trainer) -> None:
+    def slow_validation(self: Trainer) -> dict[str, float]:
         time.sleep(1.0)
-        validate(self)
+        return validate(self)
+
+    saves: dict[int, tuple[float, float]] = {}  # step: (valid_seconds, elapsed) as saved
+    save = Trainer._save_last
+
+    def recorded_save(self: Trainer) -> None:
+        saves.setdefault(self.state.step, (self.state.valid_seconds, self.state.elapsed))
+        save(self)
 
     monkeypatch.setattr(trainer_module, "budget_updates", estimate)
-    monkeypatch.setattr(Trainer, "_validate_and_report", slow_validation)
+    monkeypatch.setattr(Trainer, "validate", slow_validation)
+    monkeypatch.setattr(Trainer, "_save_last", recorded_save)
     trainer, _ = run(
         tmp_path / "run", tiny_corpus, max_steps=0, max_epochs=3, max_minutes=60, valid_every=4,
         warmup=2,
@@ -136,6 +145,8 @@ def test_the_estimate_is_made_again_after_the_first_validation_with_its_cost(
     state = load_state(tmp_path / "run" / "last.pt")["state"]
     assert state["budget_final"] and state["budget_updates"] == 4 + 30
     assert state["update_seconds"] == pytest.approx(rates[4])
+    valid_seconds, elapsed = saves[4]  # the last.pt of the first validation: a resume point
+    assert 1.0 <= valid_seconds < elapsed
     assert "no validation yet: estimated again after the first one" in said
     assert "s per validation (every 4)" in said and "to 0 at update 34 (was 32)" in said
 

@@ -639,7 +639,6 @@ class Trainer:
         if self.cfg.average:
             state = self.model.state_dict()
             save_checkpoint(self.run_dir, self.state.step, state, self.cfg.average)
-        self._save_last()
         return {
             "valid_loss": tf.xent,
             "valid_ppl": tf.ppl,
@@ -648,13 +647,19 @@ class Trainer:
         }
 
     def _validate_and_report(self) -> None:
-        """Validate, log the metrics to log.jsonl and print them."""
-        m, s = self.validate(), self.state
-        self._log(m)
+        """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
+        validation's seconds counted (training time, and validation time for the budget)."""
+        start, s = time.perf_counter(), self.state
+        m = self.validate()
+        self._log(m)  # its elapsed: the time of the weights it scored
         self.console.log(
             f"step {s.step}: valid loss {m['valid_loss']:.3f}  ppl {m['valid_ppl']:.2f}"
             f"  BLEU {m['valid_bleu']:.2f}  (best {s.best_bleu:.2f} at step {s.best_step})"
         )
+        spent = time.perf_counter() - start
+        s.elapsed += spent
+        s.valid_seconds += spent
+        self._save_last()
 
     def _keep_average(self) -> None:
         """Average the last ``average`` validation checkpoints and score the mean on the
@@ -788,13 +793,12 @@ class Trainer:
                                 record["eps"] = self.eps(s.step - 1)
                             self._log(record)
                         progress.update(task, completed=s.step)
-                        t0 = time.perf_counter()
+                        t0, counted = time.perf_counter(), s.elapsed
                         if s.step % cfg.valid_every == 0 and w.main:
                             self._validate_and_report()
-                            s.valid_seconds += time.perf_counter() - t0
                         elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
                             self._save_last()
-                        s.elapsed += time.perf_counter() - t0
+                        s.elapsed = counted + time.perf_counter() - t0  # what it counted too
                         rate_start += time.perf_counter() - t0
                     stopped_by = self._agree_stop(interrupted)
                 if s.batch_in_epoch >= len(batches):
