@@ -62,17 +62,21 @@ def test_two_gloo_processes_train_as_one_killed_and_resumed_under_another_n(
     the gradient of one DDP step equals one process's, and every rank ends with rank 0's
     weights); one process then resumes to 16. Weights and validation losses equal a single
     process's with --accum 2, which takes the same two batches per update. With --max-minutes
-    rank 0 estimates the run's updates at the end of warm-up and broadcasts them (the schedule
-    ends at --max-steps, the earlier, so the clock changes no weight)."""
+    rank 0 estimates the run's updates at the end of warm-up (update 3) and again after the
+    first validation (update 4), and broadcasts them (the schedule ends at --max-steps, the
+    earlier, so the clock changes no weight)."""
     killed = tmp_path / "ddp"
     # --max-minutes: rank 0's estimate of the run's updates, broadcast (no rank waits)
     cmd = [sys.executable, "-m", "tformer_cli", "train", "--data", str(tiny_corpus),
            "--runs-dir", str(tmp_path), "--name", "ddp", *TRAIN_ARGS, "--max-steps", "12",
-           "--valid-every", "4", "--accum", "2", "--nproc", "2", "--max-minutes", "60"]  # fmt: skip
+           "--valid-every", "4", "--warmup", "3", "--accum", "2", "--nproc", "2",
+           "--max-minutes", "60"]  # fmt: skip
     first = subprocess.run(cmd, env=env(TFORMER_TEST_KILL_AT="update:9"), capture_output=True,
                            text=True, timeout=180)  # fmt: skip
     assert first.returncode != 0
-    assert load_state(killed / "last.pt")["state"]["step"] == 8, first.stderr[-2000:]
+    saved = load_state(killed / "last.pt")["state"]
+    assert saved["step"] == 8, first.stderr[-2000:]
+    assert saved["budget_final"] and saved["budget_updates"] > 12  # both estimates, no rank hung
 
     out = tmp_path / "worker.json"
     worker = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
