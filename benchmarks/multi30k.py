@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import platform
 import shlex
 import shutil
@@ -57,6 +58,11 @@ def run(cmd: list[str], stdout: Path | None = None) -> float:
 def read_log(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the upper one of an even count); nan for none."""
+    return sorted(values)[len(values) // 2] if values else math.nan
 
 
 def bleu_at(log: list[dict[str, Any]], minutes: float) -> str:
@@ -102,6 +108,13 @@ def main() -> None:
     greedy, beam = report["greedy"], report["beam"]
     elapsed = load_state(run_dir / "last.pt")["state"]["elapsed"]
     speeds = [r["tgt_tokens_per_s"] for r in log if "tgt_tokens_per_s" in r]
+    first, last = (
+        median([r["tgt_tokens_per_s"] for r in log if "tgt_tokens_per_s" in r and keep(r)])
+        for keep in (
+            lambda r: r["elapsed"] <= elapsed / 4,
+            lambda r: r["elapsed"] > elapsed * 3 / 4,
+        )
+    )
     rows = [
         ("wall time, train + eval (first command's start to test score)",
          f"{(train_s + eval_s) / 60:.1f} min"),
@@ -109,7 +122,9 @@ def main() -> None:
         ("training time (the --max-minutes clock)", f"{elapsed / 60:.1f} min"),
         ("updates", f"{max(r['step'] for r in log)}"),
         ("target tokens/s (median of the log's records)",
-         f"{sorted(speeds)[len(speeds) // 2]:,.0f}" if speeds else "n/a"),
+         f"{median(speeds):,.0f}"),
+        ("target tokens/s, first / last quarter of the training time",
+         f"{first:,.0f} / {last:,.0f}"),
         *[(f"valid BLEU after {m} min", bleu_at(log, m)) for m in MARKS if m <= args.minutes + 1],
         ("best valid BLEU (greedy, one checkpoint)", f"{max(valid):.2f}" if valid else "n/a"),
     ]  # fmt: skip

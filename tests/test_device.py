@@ -1,9 +1,12 @@
 """Tests for tformer_cli.device: the CUDA precision decisions (on CPU, with the CUDA queries
-monkeypatched), the name of the precision in effect, the out-of-memory hint, and the thread
-count from a sample of /proc/stat (simulated idle and busy machines)."""
+monkeypatched), the name of the precision in effect, oneDNN's kernel cache, the out-of-memory
+hint, and the thread count from a sample of /proc/stat (simulated idle and busy machines)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
@@ -97,6 +100,55 @@ def test_precision_name_says_what_matmuls_run_in(gpu):
     assert precision_name(CPU, None) == "fp32"  # TF32 is a CUDA matmul setting
     gpu((7, 5))
     assert precision_name(CUDA, None) == "fp32"  # no TF32 units before Ampere
+
+
+# ---------------------------------------------------------------------------- kernel cache
+KERNEL_PROBE = """
+import sys, torch
+from tformer_cli.device import cache_compiled_kernels
+if sys.argv[1] == "cache":
+    cache_compiled_kernels()
+w = torch.randn(64, 64, dtype=torch.bfloat16)
+for m in range(2, 1100):  # more shapes than the 1,024 kernels oneDNN keeps by default
+    torch.nn.functional.linear(torch.randn(m, 64, dtype=torch.bfloat16), w)
+torch.nn.functional.linear(torch.randn(2, 64, dtype=torch.bfloat16), w)  # the first shape again
+"""
+
+
+FIRST = ",2x64:64x64,"  # the first shape's problem in oneDNN's verbose lines
+
+
+def last_kernel_lookup(mode: str) -> str:
+    """oneDNN's verdict on the probe's last matmul ("cache_hit"/"cache_miss"), from its verbose
+    log in a fresh process (the capacity is read once per process); "" if oneDNN ran none.
+    (torch hands oneDNN only bf16 matmuls over 16^3 multiply-adds, hence 64 x 64 weights.)"""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    out = subprocess.run(
+        [sys.executable, "-c", KERNEL_PROBE, mode],
+        env={**env, "ONEDNN_VERBOSE": "2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    created = [line for line in out.splitlines() if ",create:cache_" in line and FIRST in line]
+    return created[-1].split(",create:")[1].split(",")[0] if created else ""
+
+
+def test_kernels_of_a_shape_seen_1100_shapes_ago_are_still_cached():
+    evicted = last_kernel_lookup("default")
+    if not evicted:
+        pytest.skip("oneDNN runs no bf16 matmul on this CPU (no AVX-512)")
+    assert evicted == "cache_miss"  # oneDNN's default keeps 1,024: this test can fail
+    assert last_kernel_lookup("cache") == "cache_hit"
+
+
+def test_a_kernel_cache_size_set_by_the_user_is_kept(monkeypatch):
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+    device.cache_compiled_kernels()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    device.cache_compiled_kernels()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(device.KERNEL_CACHE)
 
 
 # ---------------------------------------------------------------------------- out of memory

@@ -146,16 +146,34 @@ def reuse_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # and keep up to 1 GiB of free heap
 
 
+KERNEL_CACHE = 16384  # compiled oneDNN kernels kept; oneDNN's default is 1,024
+
+
+def cache_compiled_kernels() -> None:
+    """Let oneDNN keep ``KERNEL_CACHE`` compiled kernels instead of 1,024, unless
+    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set.
+
+    oneDNN (which runs bf16 matmuls on CPU) JIT-compiles a kernel for each matrix shape and
+    caches the last 1,024. A training batch's shapes (B, S, T and its N target tokens) need a
+    few dozen, a Multi30k epoch has ~40 batch shapes and an hour ~270: with the default cache
+    kernels were evicted and compiled again all the time, and updates got slower after the
+    first epoch. oneDNN reads the setting at its first use, so call this before any matmul.
+    """
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(KERNEL_CACHE))
+
+
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
     with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
-    Also ``reuse_freed_memory()``, and TF32 matmuls on GPUs that have TF32 units (Ampere+)."""
+    Also ``reuse_freed_memory()``, ``cache_compiled_kernels()``, and TF32 matmuls on GPUs
+    that have TF32 units (Ampere+)."""
     cores = len(allowed_cpus())
     wanted = os.environ.get("TFORMER_THREADS", "")
     if wanted and not wanted.isdigit():
         raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
     torch.set_num_threads(max(1, int(wanted) if wanted else cores))
     reuse_freed_memory()
+    cache_compiled_kernels()
     if torch.cuda.is_available() and cuda_native_bf16():  # no TF32 units before Ampere
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
