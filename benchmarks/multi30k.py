@@ -107,14 +107,10 @@ def main() -> None:
     report = json.loads(report_path.read_text(encoding="utf-8"))
     greedy, beam = report["greedy"], report["beam"]
     elapsed = load_state(run_dir / "last.pt")["state"]["elapsed"]
-    speeds = [r["tgt_tokens_per_s"] for r in log if "tgt_tokens_per_s" in r]
-    first, last = (
-        median([r["tgt_tokens_per_s"] for r in log if "tgt_tokens_per_s" in r and keep(r)])
-        for keep in (
-            lambda r: r["elapsed"] <= elapsed / 4,
-            lambda r: r["elapsed"] > elapsed * 3 / 4,
-        )
-    )
+    timed = [(r["elapsed"], r["tgt_tokens_per_s"]) for r in log if "tgt_tokens_per_s" in r]
+    speeds = [tps for _, tps in timed]
+    first = median([tps for t, tps in timed if t <= elapsed / 4])
+    last = median([tps for t, tps in timed if t > elapsed * 3 / 4])
     rows = [
         ("wall time, train + eval (first command's start to test score)",
          f"{(train_s + eval_s) / 60:.1f} min"),
