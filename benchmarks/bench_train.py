@@ -16,6 +16,7 @@ only where the hardware is fast at bf16.
     python benchmarks/bench_train.py --steps 20 --rounds 5 --json train.json
     python benchmarks/bench_train.py --compile       # also both steps under torch.compile
     python benchmarks/bench_train.py --device cuda   # on a GPU (bf16 rows where it has bf16)
+    python benchmarks/bench_train.py --models d256 --precisions bf16   # one model, one precision
     python benchmarks/bench_train.py --nproc 2       # DDP under torchrun: N processes, gloo/NCCL
 
 With ``--nproc N`` the script starts itself under ``torchrun``; each process trains a DDP copy
@@ -61,6 +62,26 @@ from tformer_cli.train.loss import label_smoothed_loss
 from tformer_cli.train.trainer import forward_loss, make_optimizer, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
+
+MODELS = {  # --models: the label printed and the configuration
+    "toy": ("toy default (2+2, d=128, V=1k)", ModelConfig(vocab_size=1000)),
+    "d256": (
+        "3+3, d=256, h=4, FFN 1024, V=8k",
+        ModelConfig(
+            vocab_size=8000, d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3
+        ),
+    ),
+}
+
+
+def chosen(names: str, known: dict[str, Any]) -> list[str]:
+    """The comma-separated ``names``, each one of ``known`` (else exit with a one-line error)."""
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in picked if n not in known]
+    if unknown or not picked:
+        sys.exit(f"error: {names!r}: choose from {', '.join(known)}")
+    return picked
 
 
 def sync(device: torch.device) -> None:
@@ -351,6 +372,12 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also time both steps under torch.compile"
     )
+    parser.add_argument(
+        "--models", default="toy,d256", help="which of toy (2+2, d 128) and d256 (3+3, d 256)"
+    )
+    parser.add_argument(
+        "--precisions", default="fp32,bf16", help="which of fp32 and bf16 (bf16 where it is fast)"
+    )
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -364,7 +391,7 @@ def main() -> None:
     elif world.size > 1:  # the processes share the cores
         torch.set_num_threads(max(1, torch.get_num_threads() // world.size))
     fast_bf16 = cuda_native_bf16(device) if device.type == "cuda" else cpu_has_fast_bf16()
-    precisions = ["fp32", "bf16"] if fast_bf16 else ["fp32"]
+    precisions = [p for p in chosen(args.precisions, PRECISIONS) if fast_bf16 or p != "bf16"]
     ceiling_samples = {p: [ceiling(p, device)] for p in precisions}  # one more after each model
     report = world.main
     machine = (
@@ -372,12 +399,7 @@ def main() -> None:
         if device.type == "cuda"
         else f"{cpu_model()} ({os.cpu_count()} cores)"
     )
-    shapes = {
-        "toy default (2+2, d=128, V=1k)": ModelConfig(vocab_size=1000),
-        "3+3, d=256, h=4, FFN 1024, V=8k": ModelConfig(
-            vocab_size=8000, d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3
-        ),
-    }
+    shapes = {MODELS[m][0]: MODELS[m][1] for m in chosen(args.models, MODELS)}
     use_hf = not args.no_hf and world.size == 1 and hf_version() is not None
     rows, notes, attention_seconds = [], [], {}
     for label, cfg in shapes.items():

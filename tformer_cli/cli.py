@@ -354,8 +354,8 @@ def train(
     compile: Annotated[
         str,
         typer.Option(
-            help="torch.compile the forward pass and loss: on, off, or auto (where it measured"
-            " faster: CUDA, not CPU)."
+            help="torch.compile the forward pass and loss: on, off, or auto (eager: compiling"
+            " measured no faster, on CPU or CUDA)."
         ),
     ] = T.compile,
     tensorboard: Annotated[

@@ -458,9 +458,9 @@ def test_compile_on_is_one_graph_for_every_batch_shape_and_trains_as_eager(
 ):
     """``--compile on``: Dynamo traces ``forward_loss`` whole (fullgraph: the real-position
     selection and the hand-written loss break no graph), once for the batches of every shape
-    (dynamic), and with dropout 0 trains to eager's weights; ``auto`` is eager on CPU. The
+    (dynamic), and with dropout 0 trains to eager's weights; ``auto`` is eager. The
     aot_eager backend checks the graph and its autograd without Inductor's minutes of C++
-    compiling (Inductor's numbers: ``compile_pays``)."""
+    compiling (Inductor's numbers: ``COMPILE_PAYS``)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     model, cfg = dataclasses.replace(MODEL, dropout=0.0), dict(max_steps=4, valid_every=100)

@@ -387,7 +387,7 @@ class Trainer:
             self.console.log(f"weights from {cfg.init_from}/model.pt")
         self.optimizer = make_optimizer(self.model, cfg)
         self.forward = maybe_compile(
-            forward_loss, cfg.compile, compile_pays(self.device, w), "training step",
+            forward_loss, cfg.compile, COMPILE_PAYS, "training step",
             self.console.log, dynamic=True,
         )  # fmt: skip
         self.state = TrainState()
@@ -843,22 +843,18 @@ def _overrides(cfg: TrainConfig) -> dict[str, Any]:
     return {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
 
 
-def compile_pays(device: torch.device, world: World) -> bool:
-    """What ``--compile auto`` does: compile where it measured faster than eager.
-
-    CPU: never. ``forward_loss`` under ``torch.compile(dynamic=True)`` against eager, whole
-    training steps on the same batch back to back, order alternating, 26 pairs (3+3 layers,
-    d 256, V 8k, pre-LN, dropout 0.3, 4,096-token batches, 2 threads, AMD EPYC Zen 4 with
-    AVX512-BF16, torch 2.13, a machine shared with other jobs): compiled/eager speed, median
-    of the pairs (quartiles), fp32 0.96x (0.77-1.24), bf16 0.83x (0.77-1.14), after 71-147 s
-    (fp32) and 20-99 s (bf16) of compiling. The eager step is 79% (fp32) and 65% (bf16)
-    matmul time by the profiler; the rest is element-wise work (dropout masks, autocast
-    casts, the loss's passes over the logits), where Inductor's fused CPU kernels did not beat
-    eager's. CUDA, one process: compile
-    (Inductor's fused element-wise kernels; not measured in this project). Under DDP: eager
-    unless asked for.
-    """
-    return device.type == "cuda" and world.size == 1
+# What ``--compile auto`` does for the training step: eager, since compiling measured no faster
+# on any device. ``forward_loss`` under ``torch.compile(dynamic=True)`` against eager (3+3
+# layers, d 256, V 8k, pre-LN, 4,096-token batches):
+# - CPU (AMD EPYC Zen 4 with AVX512-BF16, 2 threads, torch 2.13): whole steps on the same batch
+#   back to back, order alternating, 26 pairs, compiled/eager speed, median (quartiles): fp32
+#   0.96x (0.77-1.24), bf16 0.83x (0.77-1.14), after 20-147 s of compiling. The eager step is
+#   79% (fp32) and 65% (bf16) matmul time; Inductor's fused CPU kernels for the rest (dropout
+#   masks, autocast casts, the loss's passes over the logits) did not beat eager's.
+# - CUDA (one H200, torch 2.11, bf16 autocast, `bench_train.py --device cuda --compile`): eager
+#   16 ms per update, compiled 17 (after 29 s of compiling); at 16,384-token batches eager 17,
+#   compiled 77. The step is bound by the host launching kernels, not by the GPU.
+COMPILE_PAYS = False
 
 
 def tensorboard_writer(folder: Path) -> Callable[[], Any]:
