@@ -100,19 +100,23 @@ def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
     )  # fmt: skip
     state = load_state(tmp_path / "run" / "last.pt")["state"]
     assert (state["budget_updates"], state["budget_minutes"]) == (2 + 30, 60)
-    assert state["update_seconds"] > 0 and state["mark_step"] == 1  # measured from warmup // 2
+    assert state["update_seconds"] > 0 and state["decay_from"] == 2  # the end of warm-up
+    assert state["mark_step"] == 2  # where the measuring for the next estimate begins
     cfg = trainer.cfg
     lrs = {r["step"]: r["lr"] for r in log_records(tmp_path / "run") if "lr" in r}
     assert len(lrs) > 3 and lrs == {step: pytest.approx(lr_at(step, cfg, 32)) for step in lrs}
     assert lrs[2] == cfg.lr and lrs[3] == pytest.approx(cfg.lr * 29 / 30)
 
 
-def test_the_estimate_is_made_again_after_the_first_validation_with_its_cost(
+def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_jumps(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
-    """Warm-up ends at update 2 before any validation; the one after update 4 takes >= 1 s
-    more than usual, and the second estimate spreads it over the 4 updates it follows. The
-    last.pt it saves counts that second in the time spent validating and in the total."""
+    """Warm-up ends at update 2 before any validation; each validation (every 4 updates) takes
+    >= 1 s more than usual, and each later estimate spreads it over the 4 updates it follows.
+    Every estimate moves the end 30 updates past it, and the learning rate goes on down from
+    where it stood. The last.pt of a validation counts its second in the time spent validating
+    and in the total."""
+    monkeypatch.setattr(trainer_module, "LOG_EVERY", 1)
     rates: dict[int, float] = {}
 
     def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
@@ -140,15 +144,19 @@ def test_the_estimate_is_made_again_after_the_first_validation_with_its_cost(
         warmup=2,
     )  # fmt: skip
     said = " ".join(trainer.console.file.getvalue().split())  # the lines as one
-    assert list(rates) == [2, 4]  # at the end of warm-up, then after the first validation
+    last = trainer.state.step
+    assert last > 8 and list(rates) == [2, *range(4, last, 4)]  # warm-up's end, each validation
     valid_seconds, elapsed = saves[4]  # the last.pt of the first validation: a resume point
     assert 1.0 <= valid_seconds < elapsed
-    assert rates[4] > valid_seconds / 4  # the validation spread over 4 updates, plus theirs
+    assert all(rates[s] > 1.0 / 4 for s in rates if s >= 4)  # a validation's second, spread
     state = load_state(tmp_path / "run" / "last.pt")["state"]
-    assert state["budget_final"] and state["budget_updates"] == 4 + 30
-    assert state["update_seconds"] == pytest.approx(rates[4])
-    assert "no validation yet: estimated again after the first one" in said
+    latest = max(rates)
+    assert (state["budget_updates"], state["decay_from"]) == (latest + 30, latest)
+    assert state["update_seconds"] == pytest.approx(rates[latest])
     assert "s per validation (every 4)" in said and "to 0 at update 34 (was 32)" in said
+    lrs = [r["lr"] for r in log_records(tmp_path / "run") if "lr" in r and r["step"] >= 2]
+    steps = [a - b for a, b in itertools.pairwise(lrs)]
+    assert lrs[0] == trainer.cfg.lr and all(0 < d < trainer.cfg.lr / 25 for d in steps)
 
 
 def test_resume_keeps_the_saved_estimate_bit_for_bit(
@@ -179,7 +187,7 @@ def test_resume_with_another_max_minutes_recomputes_the_estimate_and_says_so(
 
     def resume(minutes: float) -> tuple[Trainer, str]:
         console = quiet_console()
-        cfg = train_cfg(tiny_corpus, max_steps=12, max_minutes=minutes, valid_every=100)
+        cfg = train_cfg(tiny_corpus, max_steps=0, max_minutes=minutes, valid_every=100)
         trainer = Trainer(tmp_path / "run", MODEL, cfg, resume=True, console=console)
         return trainer, console.file.getvalue()
 
@@ -191,6 +199,8 @@ def test_resume_with_another_max_minutes_recomputes_the_estimate_and_says_so(
     assert longer.state.budget_minutes == 120
     assert f"--max-minutes 60 -> 120: the learning rate now reaches 0 at update {expected}" in said
     assert f"(was {saved['budget_updates']};" in said
+    assert longer.lr(8) == pytest.approx(same.lr(8))  # the decay goes on from where it stood
+    assert longer.lr(9) > same.lr(9)  # and more slowly, to the later end
     unbounded, said = resume(0)
     assert unbounded.state.budget_updates == 0 and unbounded.cfg.budget_decay is None
     assert "no --max-minutes any more (was 60): the learning rate follows 1/sqrt decay" in said

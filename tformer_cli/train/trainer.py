@@ -110,15 +110,22 @@ class TrainState:
     tgt_tokens: int = 0
     skipped: int = 0  # updates skipped for a non-finite loss or gradient
     skipped_in_a_row: int = 0
-    # --max-minutes as a number of updates, estimated at the end of warm-up (and once more
-    # after the first validation, if none had run by then)
+    # --max-minutes as a number of updates, estimated at the end of warm-up and again after
+    # every validation
     budget_updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
     budget_minutes: float = 0.0  # the --max-minutes it was estimated for
-    budget_final: bool = False  # whether the estimate knew what a validation costs
     update_seconds: float = 0.0  # measured seconds per update, validations spread over them
-    mark_step: int = 0  # (update, elapsed) halfway through warm-up: where the measuring began
+    mark_step: int = 0  # (update, elapsed) where the measuring for the next estimate began
     mark_elapsed: float = 0.0
     valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
+    decay_from: int = 0  # the update where the latest estimate took over the decay (0: none)
+    decay_progress: float = 0.0  # the decay's progress (0 to 1) at that update
+
+    @classmethod
+    def saved(cls, values: dict[str, Any]) -> TrainState:
+        """The state saved in a last.pt, less what older versions kept and this one does not."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -130,20 +137,29 @@ class TrainResult:
     interrupted: bool = False  # by Ctrl-C: last.pt holds where to resume
 
 
-def lr_at(step: int, cfg: TrainConfig, total: int | None = None) -> float:
+def lr_at(
+    step: int, cfg: TrainConfig, total: int | None = None, start: tuple[int, float] | None = None
+) -> float:
     """Linear warm-up to ``cfg.lr`` over ``warmup`` steps, then 1/sqrt(step) decay (paper 5.3);
     or, given the ``total`` updates of a budget, ``cfg.budget_decay`` to 0 at update ``total``
-    ("Budgeted Training", Li et al. 2020), with progress u = (step - warmup) / (total - warmup):
-    linear lr * (1 - u), or cosine lr * (1 + cos(pi u)) / 2; 0 from ``total`` on."""
+    ("Budgeted Training", Li et al. 2020): linear lr * (1 - u), or cosine lr * (1 + cos(pi u))
+    / 2, with progress u from ``decay_progress``; 0 from ``total`` on."""
     step = max(step, 1)
     if step <= cfg.warmup:
         return cfg.lr * step / cfg.warmup
     if cfg.budget_decay is None or total is None:
         return cfg.lr * math.sqrt(cfg.warmup / step)
-    u = min(1.0, (step - cfg.warmup) / max(total - cfg.warmup, 1))
+    u = decay_progress(step, total, start or (cfg.warmup, 0.0))
     if cfg.budget_decay == "linear":
         return cfg.lr * (1.0 - u)
     return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * u))
+
+
+def decay_progress(step: int, total: int, start: tuple[int, float]) -> float:
+    """The decay's progress at ``step``: linear from ``start`` = (update, progress), the end of
+    warm-up at 0 or where a later estimate of ``total`` took over, to 1 at update ``total``."""
+    at, u = start
+    return min(1.0, max(0.0, u + (1.0 - u) * (step - at) / max(total - at, 1)))
 
 
 def budget_updates(step: int, elapsed: float, update_seconds: float, minutes: float) -> int:
@@ -440,7 +456,7 @@ class Trainer:
         ckpt = load_state(self.run_dir / "last.pt")
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.state = TrainState(**ckpt["state"])
+        self.state = TrainState.saved(ckpt["state"])
         self._rebudget()
         saved_on = ckpt.get("device", self.device.type)
         if saved_on != self.device.type:  # other kernels, other random number generators
@@ -458,6 +474,7 @@ class Trainer:
             return
         was, old = s.budget_updates, s.budget_minutes
         if c.max_minutes and c.budget_decay is not None:
+            s.decay_from, s.decay_progress = s.step, self._progress(s.step)
             s.budget_updates = budget_updates(s.step, s.elapsed, s.update_seconds, c.max_minutes)
             s.budget_minutes = c.max_minutes
             self.console.log(
@@ -466,7 +483,7 @@ class Trainer:
                 " measured)"
             )
         else:
-            s.budget_updates, s.budget_minutes = 0, 0.0
+            s.budget_updates, s.budget_minutes, s.decay_from = 0, 0.0, 0
             self.console.log(f"no --max-minutes any more (was {old:g}): the learning rate"
                              f" follows 1/sqrt decay after update {s.step}")  # fmt: skip
 
@@ -537,28 +554,44 @@ class Trainer:
 
     def lr(self, step: int) -> float:
         """The learning rate of update ``step``: ``lr_at`` with the budget's last update, the
-        first of --max-steps and the --max-minutes estimate."""
+        first of --max-steps and the --max-minutes estimate, from where that estimate took over."""
+        return lr_at(step, self.cfg, self._end(), self._start())
+
+    def _end(self) -> int | None:
         c, s = self.cfg, self.state
         ends = [n for n in (c.max_steps, s.budget_updates if c.max_minutes else 0) if n]
-        return lr_at(step, c, min(ends) if ends else None)
+        return min(ends) if ends else None
+
+    def _start(self) -> tuple[int, float] | None:
+        s = self.state
+        return (s.decay_from, s.decay_progress) if s.decay_from else None
+
+    def _progress(self, step: int) -> float:
+        """The decay's progress at ``step`` under the current estimate (0 before there is one)."""
+        end = self._end()
+        if end is None or not self.state.budget_updates or step <= self.cfg.warmup:
+            return 0.0
+        return decay_progress(step, end, self._start() or (self.cfg.warmup, 0.0))
 
     def _plan_budget(self) -> None:
         """Turn --max-minutes into a number of updates: the seconds left divided by the seconds
-        per update, measured from halfway through warm-up on, a validation's seconds spread
-        over the --valid-every updates it follows. Made at the end of warm-up; if no validation
-        had run by then, made once more after the first one, whose cost the first estimate
-        lacked (Multi30k, 15 minutes: 4.6 s per 400 updates of 0.44 s, 2.6%). Rank 0's clock
-        decides and every rank gets its numbers, so that DDP ranks keep one schedule; the
-        estimate is saved in last.pt."""
+        per update measured since the previous estimate (from halfway through warm-up for the
+        first), a validation's seconds spread over the --valid-every updates it follows. Made
+        at the end of warm-up and again after every validation: updates slow down as a run
+        goes on (Multi30k on 2 cores: ~420 ms each at first, 450-480 after 1,000), and one
+        estimate left the learning rate at 11-13% of its peak when the time ran out. Each new
+        estimate takes the decay over where it stands, so the learning rate never jumps. Rank
+        0's clock decides and every rank gets its numbers, so that DDP ranks keep one schedule;
+        the estimate is saved in last.pt (a resume keeps it until the next validation)."""
         c, s = self.cfg, self.state
-        if not c.max_minutes or c.budget_decay is None or s.budget_final:
+        if not c.max_minutes or c.budget_decay is None:
             return
         if s.step == c.warmup // 2 and not s.budget_updates:
             s.mark_step, s.mark_elapsed, s.valid_seconds = s.step, s.elapsed, 0.0
         validations = s.step // c.valid_every - s.mark_step // c.valid_every  # since the mark
         if s.step < c.warmup or (s.budget_updates and not validations):
             return
-        steps = s.step - s.mark_step  # >= 1: the mark is at warmup // 2 < warmup, or 0
+        steps = s.step - s.mark_step  # >= 1: the mark is before this update
         train = (s.elapsed - s.mark_elapsed - s.valid_seconds) / steps
         valid = s.valid_seconds / validations if validations else 0.0  # one validation
         seconds = train + valid / c.valid_every
@@ -566,18 +599,17 @@ class Trainer:
         total, seconds, train, valid = from_main(
             self.world, [total, seconds, train, valid], self.device
         )
-        was = s.budget_updates
+        was, started = s.budget_updates, s.mark_step
+        s.decay_from, s.decay_progress = s.step, self._progress(s.step)
         s.budget_updates, s.budget_minutes, s.update_seconds = int(total), c.max_minutes, seconds
-        s.budget_final = validations > 0
+        s.mark_step, s.mark_elapsed, s.valid_seconds = s.step, s.elapsed, 0.0
         measured = f"{train * 1000:.0f} ms/update" + (
-            f" and {valid:.1f} s per validation (every {c.valid_every})"
-            if s.budget_final
-            else " (no validation yet: estimated again after the first one)"
+            f" and {valid:.1f} s per validation (every {c.valid_every})" if validations else ""
         )
         self.console.log(
-            f"--max-minutes {c.max_minutes:g}: {measured}, measured over updates"
-            f" {s.mark_step}-{s.step}, so the learning rate decays ({c.budget_decay}) to 0 at"
-            f" update {s.budget_updates}{f' (was {was})' if was else ''}"
+            f"--max-minutes {c.max_minutes:g}: {measured} over updates {started}-{s.step}, so"
+            f" the learning rate decays ({c.budget_decay}) to 0 at update {s.budget_updates}"
+            f"{f' (was {was})' if was else ''}"
         )
 
     def micro_seeds(self, n: int) -> list[int]:
