@@ -21,7 +21,7 @@ from tformer_cli.checkpoint import load_state
 from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.train import trainer as trainer_module
-from tformer_cli.train.trainer import Trainer, budget_updates, lr_at
+from tformer_cli.train.trainer import Trainer, TrainState, budget_updates, lr_at
 
 
 # ---------------------------------------------------------------------------- shape
@@ -157,6 +157,12 @@ def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_j
     lrs = [r["lr"] for r in log_records(tmp_path / "run") if "lr" in r and r["step"] >= 2]
     steps = [a - b for a, b in itertools.pairwise(lrs)]
     assert lrs[0] == trainer.cfg.lr and all(0 < d < trainer.cfg.lr / 25 for d in steps)
+
+
+def test_a_last_pt_of_an_older_version_still_resumes():
+    """Fields that older versions saved and this one no longer keeps are left out."""
+    state = TrainState.saved({"step": 40, "budget_updates": 90, "budget_final": True})
+    assert (state.step, state.budget_updates, state.decay_from) == (40, 90, 0)
 
 
 def test_resume_keeps_the_saved_estimate_bit_for_bit(
