@@ -392,6 +392,8 @@ def main() -> None:
         torch.set_num_threads(max(1, torch.get_num_threads() // world.size))
     fast_bf16 = cuda_native_bf16(device) if device.type == "cuda" else cpu_has_fast_bf16()
     precisions = [p for p in chosen(args.precisions, PRECISIONS) if fast_bf16 or p != "bf16"]
+    if not precisions:
+        sys.exit(f"error: {args.device} is not fast at bf16 here, so no bf16 rows: add fp32")
     ceiling_samples = {p: [ceiling(p, device)] for p in precisions}  # one more after each model
     report = world.main
     machine = (

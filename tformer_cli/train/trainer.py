@@ -885,7 +885,7 @@ def _overrides(cfg: TrainConfig) -> dict[str, Any]:
 #   masks, autocast casts, the loss's passes over the logits) did not beat eager's.
 # - CUDA (one H200, torch 2.11, bf16 autocast, `bench_train.py --device cuda --compile`): eager
 #   16 ms per update, compiled 17 (after 29 s of compiling); at 16,384-token batches eager 17,
-#   compiled 77. The step is bound by the host launching kernels, not by the GPU.
+#   compiled 77: the step took as long at 4x the tokens, bound by the host launching kernels.
 COMPILE_PAYS = False
 
 
