@@ -105,6 +105,30 @@ def test_pre_norm_adds_final_layer_norms_and_post_norm_does_not(tiny_model):
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cpu_autocast_keeps_the_residual_stream_in_bf16(
+    tiny_model, token_batch, decoder_input, norm
+):
+    """Under CPU bf16 autocast every layer's input and output is bf16 (no fp32 round trip at the
+    LayerNorms), the logits stay near fp32's, and outside autocast the stream is fp32."""
+    model = tiny_model(seed=3, norm=norm)
+    src, y = token_batch([6, 4], seed=1), decoder_input([5, 3], seed=2)
+    streams: list[torch.dtype] = []  # each layer's input and output dtype
+
+    def record(_module, args, out):
+        streams.extend([args[0].dtype, out.dtype])
+
+    for layer in [*model.encoder, *model.decoder]:
+        layer.register_forward_hook(record)
+    fp32 = model(src, y)
+    assert set(streams) == {torch.float32}
+    streams.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = model(src, y)
+    assert set(streams) == {torch.bfloat16} and len(streams) == 2 * (2 + 2)
+    assert (bf16.float() - fp32).abs().max() < 0.05 * fp32.abs().max()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
 def test_both_norm_placements_learn_a_tiny_batch(tiny_model, token_batch, decoder_input, norm):
     model = tiny_model(seed=5, norm=norm).train()
     src, y = token_batch([5, 4], seed=9), decoder_input([5, 4], seed=10)
