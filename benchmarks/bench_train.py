@@ -18,6 +18,7 @@ only where the hardware is fast at bf16.
     python benchmarks/bench_train.py --device cuda   # on a GPU (bf16 rows where it has bf16)
     python benchmarks/bench_train.py --models d256 --precisions bf16   # one model, one precision
     python benchmarks/bench_train.py --nproc 2       # DDP under torchrun: N processes, gloo/NCCL
+    python benchmarks/bench_train.py --profile       # also: our CPU step's time by op
 
 With ``--nproc N`` the script starts itself under ``torchrun``; each process trains a DDP copy
 on every N-th batch (the same global batches as one process) and rank 0 reports the global
@@ -221,6 +222,24 @@ def gemm_floor_system(
     return System("tformer GEMMs only", replay, "the step's matrix products replayed alone")
 
 
+def step_profile(system: System, updates: list[list[Batch]], dtype: torch.dtype | None,
+                 top: int = 15) -> list[str]:  # fmt: skip
+    """Where ``system``'s update goes on the CPU: the ``top`` ops by self time, in ms per
+    update (one pass over ``updates`` under the torch profiler, which slows it a little)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for group in updates:
+            system.step(group, dtype)
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    per_update = 1e3 * len(updates)  # profiler microseconds -> ms per update
+    total = sum(e.self_cpu_time_total for e in ops) / per_update
+    lines = [f"{system.name}: {total:.0f} ms per update under the profiler; by op (self time):"]
+    lines += [f"  {e.key:<40} {e.self_cpu_time_total / per_update:6.1f} ms"
+              f" {e.count / len(updates):5.0f} calls" for e in ops[:top]]  # fmt: skip
+    return lines
+
+
 def print_notice(text: str) -> None:
     print(f"# {text}", file=sys.stderr, flush=True)
 
@@ -378,6 +397,9 @@ def main() -> None:
     parser.add_argument(
         "--precisions", default="fp32,bf16", help="which of fp32 and bf16 (bf16 where it is fast)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="also: where our CPU step's time goes, by op"
+    )
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -403,7 +425,7 @@ def main() -> None:
     )
     shapes = {MODELS[m][0]: MODELS[m][1] for m in chosen(args.models, MODELS)}
     use_hf = not args.no_hf and world.size == 1 and hf_version() is not None
-    rows, notes, attention_seconds = [], [], {}
+    rows, notes, profiles, attention_seconds = [], [], [], {}
     for label, cfg in shapes.items():
         batches = synthetic_batches(cfg.vocab_size, args.max_tokens, args.steps * world.size)
         batches = [b.to(device) for b in batches]
@@ -434,6 +456,9 @@ def main() -> None:
                     seconds.setdefault((s.name, p), []).append(
                         timed(s, updates, dtype, device, world)
                     )
+            if args.profile and device.type == "cpu" and world.size == 1:
+                profiles.append(f"{label}, {p}")
+                profiles += step_profile(systems[0], updates, dtype)
             ceiling_samples[p].append(ceiling(p, device))
             median = {s.name: statistics.median(seconds[(s.name, p)]) for s in systems}
             hf_best = min((t for n, t in median.items() if n.startswith("HF")), default=None)
@@ -468,7 +493,7 @@ def main() -> None:
             print(f"| {row['model']} | {row['system']} | {row['precision']}"
                   f" | {row['tokens_per_s']:,.0f} | {row['ms_per_update']:.0f} | {row['mfu']:.1%}"
                   f" | {ratio} |")  # fmt: skip
-        for n in notes:
+        for n in notes + profiles:
             print(f"# {n}")
     if report and args.json:
         meta = {"machine": machine, "cpu": cpu_model(), "cores": os.cpu_count(),
