@@ -426,6 +426,8 @@ def main() -> None:
     shapes = {MODELS[m][0]: MODELS[m][1] for m in chosen(args.models, MODELS)}
     use_hf = not args.no_hf and world.size == 1 and hf_version() is not None
     rows, notes, profiles, attention_seconds = [], [], [], {}
+    if args.profile and (device.type != "cpu" or world.size > 1):
+        notes.append("--profile: not run (it profiles the CPU step of one process)")
     for label, cfg in shapes.items():
         batches = synthetic_batches(cfg.vocab_size, args.max_tokens, args.steps * world.size)
         batches = [b.to(device) for b in batches]
