@@ -581,3 +581,44 @@ def test_eval_with_bad_parallel_files_is_a_one_line_error(
     result = invoke("eval", "-m", str(run_dir), *options, "--device", "cpu", "--quiet")
     assert_clean_error(result, message)
     assert len(error_lines(result)) == 1
+
+
+def test_beam_search_takes_the_runs_beam_alpha_unless_alpha_is_given(
+    tmp_path, make_run, monkeypatch
+):
+    """translate, eval and compare decode with the run's ``beam_alpha`` (a recipe's choice on
+    validation) by default, and with --alpha when it is given."""
+    import dataclasses
+
+    from tformer_cli.checkpoint import RunConfig
+    from tformer_cli.decode import search
+
+    runs = [make_run(tmp_path / name)[0] for name in ("a", "b")]
+    for run, alpha in zip(runs, (1.3, 0.2), strict=True):
+        saved = RunConfig.load(run)
+        dataclasses.replace(saved, train=dataclasses.replace(saved.train, beam_alpha=alpha)).save(
+            run
+        )
+    seen: list[float] = []
+    real = search.translate_chunks
+    monkeypatch.setattr(
+        search, "translate_chunks", lambda run, lines, cfg, *a, **k: (
+            seen.append(cfg.alpha), real(run, lines, cfg, *a, **k))[1],
+    )  # fmt: skip
+    for options in ([], ["--alpha", "0.4"]):
+        result = invoke("translate", "red cat", "-m", str(runs[0]), "-m", str(runs[1]), *options)
+        assert result.exit_code == 0, result.output
+    assert seen == [1.3, 0.4]  # the first run's, then the option's
+    (tmp_path / "s.txt").write_text("red cat\nbig dog\n", encoding="utf-8")
+    (tmp_path / "t.txt").write_text("cat red\ndog big\n", encoding="utf-8")
+    files = ["--src-file", "s.txt", "--tgt-file", "t.txt", "-m", str(runs[1])]
+    assert eval_json(tmp_path, *files)["config"]["search"]["alpha"] == 0.2
+    assert eval_json(tmp_path, *files, "--alpha", "0.9")["config"]["search"]["alpha"] == 0.9
+    from tformer_cli.report import compare
+
+    compared: list[float] = []
+    monkeypatch.setattr(
+        compare, "compare_runs", lambda *a, cfg, **k: compared.append(cfg.search.alpha)
+    )
+    assert invoke("compare", str(runs[1]), str(runs[0])).exit_code == 0
+    assert compared == [0.2]

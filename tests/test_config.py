@@ -109,6 +109,12 @@ def test_train_config_refuses_averaging_fewer_than_two_checkpoints(average):
         TrainConfig(average=average)
 
 
+@pytest.mark.parametrize("alpha", [-0.1, math.nan])
+def test_train_config_refuses_a_negative_or_nan_beam_alpha(alpha):
+    with pytest.raises(TformerError, match="--beam-alpha"):
+        TrainConfig(beam_alpha=alpha)
+
+
 def test_model_config_needs_d_model_divisible_by_heads():
     with pytest.raises(TformerError, match="divisible"):
         ModelConfig(vocab_size=10, d_model=130, h=4)

@@ -5,6 +5,7 @@ the server keeps serving."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -318,3 +319,14 @@ def test_serve_without_the_extra_says_how_to_install_it(run_dir, monkeypatch):
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "pip install 'tformer[serve]'" in lines[0]
+
+
+def test_requests_without_alpha_take_the_runs_beam_alpha(run):
+    """The request bodies' default length penalty is the run's ``beam_alpha``."""
+    translate_body, attention_body = serve.request_models(LIMITS, 1.2)
+    assert translate_body(texts=["red"]).alpha == attention_body(text="red").alpha == 1.2
+    assert translate_body(texts=["red"], alpha=0.3).alpha == 0.3
+    train = dataclasses.replace(run.config.train, beam_alpha=0.9)
+    app = create_app(dataclasses.replace(run, config=dataclasses.replace(run.config, train=train)))
+    schemas = app.openapi()["components"]["schemas"]
+    assert schemas["TranslateRequest"]["properties"]["alpha"]["default"] == 0.9

@@ -8,7 +8,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -160,7 +160,11 @@ EvalBeam = Annotated[
     int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
 ]
 Alpha = Annotated[
-    float, typer.Option(help="GNMT length penalty of beam search (score / lp(Y)^alpha).")
+    float | None,
+    typer.Option(
+        help="GNMT length penalty of beam search (score / lp(Y)^alpha). Default: the (first)"
+        " run's --beam-alpha, 0.6 unless its training set another."
+    ),
 ]
 NoiseSeed = Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")]
 Threads = Annotated[
@@ -189,6 +193,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
     "save_every": ("train", "save_every"),
     "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
+    "beam_alpha": ("train", "beam_alpha"),
     "precision": ("train", "precision"), "device": ("train", "device"),
     "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
     "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
@@ -335,6 +340,13 @@ def train(
             " if it validates at least as well as the best one (0: off)."
         ),
     ] = T.average,
+    beam_alpha: Annotated[
+        float,
+        typer.Option(
+            help="The length penalty (GNMT alpha) of this run's beam search when translate, eval"
+            " or serve is given no --alpha."
+        ),
+    ] = T.beam_alpha,
     scheduled_sampling: Annotated[
         str, typer.Option(help="Scheduled sampling: off, linear, exp or inverse-sigmoid.")
     ] = T.scheduled_sampling,
@@ -512,6 +524,16 @@ def search_config(
     )  # fmt: skip
 
 
+def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
+    """``--alpha`` if given, else the first run's ``beam_alpha`` (the newest run's by default),
+    read from its ``config.json``."""
+    if alpha is not None:
+        return alpha
+    from tformer_cli.checkpoint import RunConfig, resolve_run
+
+    return RunConfig.load(resolve_run(models[0] if models else None)).train.beam_alpha
+
+
 def read_inputs(
     texts: list[str] | None, file: Path | None
 ) -> tuple[Iterable[str], int | None] | None:
@@ -548,8 +570,12 @@ def translate(
     beam: Annotated[int, typer.Option("--beam", "-k", min=1, help="Beam size.")] = 5,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")] = False,
     alpha: Annotated[
-        float, typer.Option(help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha.")
-    ] = 0.6,
+        float | None,
+        typer.Option(
+            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha. Default: the"
+            " (first) run's --beam-alpha, 0.6 unless its training set another."
+        ),
+    ] = None,
     nbest: Annotated[
         int,
         typer.Option(
@@ -620,12 +646,15 @@ def translate(
     k = 1 if greedy else beam
     if nbest > k and not (sample or mbr):
         raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")
-    cfg = search_config(
-        k, alpha, sample, (temperature, top_k, top_p, epsilon), mbr, mbr_from, mbr_utility,
-        max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest, min_len=min_len, seed=seed,
+    cfg = search_config(  # without --alpha: 0 until the run's is read, once the run is loaded
+        k, 0.0 if alpha is None else alpha, sample, (temperature, top_k, top_p, epsilon), mbr,
+        mbr_from, mbr_utility, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+        min_len=min_len, seed=seed,
     )  # fmt: skip
     inputs = read_inputs(texts, file)
     run = load_runs(model, device, precision, compile)
+    if alpha is None:  # the first run's
+        cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
     style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
@@ -721,7 +750,7 @@ def evaluate(
     split: Split = "test",
     limit: Limit = None,
     beam: EvalBeam = 5,
-    alpha: Alpha = 0.6,
+    alpha: Alpha = None,
     json_out: Annotated[
         Path | None,
         typer.Option("--json", help="Write every number, with its settings, as JSON here."),
@@ -765,8 +794,8 @@ def evaluate(
     from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
 
     search = search_config(
-        beam, alpha, sample, (temperature, top_k, top_p, epsilon), mbr, mbr_from, mbr_utility,
-        min_len=min_len, seed=seed,
+        beam, run_alpha(alpha, model), sample, (temperature, top_k, top_p, epsilon), mbr,
+        mbr_from, mbr_utility, min_len=min_len, seed=seed,
     )  # fmt: skip
     runs = model or [None]
     for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's
@@ -848,7 +877,7 @@ def compare_command(
     split: Split = "test",
     limit: Limit = None,
     beam: EvalBeam = 5,
-    alpha: Alpha = 0.6,
+    alpha: Alpha = None,
     seed: NoiseSeed = 1234,
     save: Annotated[
         Path | None,
@@ -880,7 +909,9 @@ def compare_command(
     """
     from tformer_cli.report.compare import compare_runs
     from tformer_cli.report.evaluation import EvalConfig
+    from tformer_cli.report.runs import find_run
 
+    alpha = run_alpha(alpha, [find_run(runs[0])])
     compare_runs(
         runs, out, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
         cfg=EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed), device=device,

@@ -87,6 +87,7 @@ class TrainConfig:
     save_every: float = 5.0  # minutes of training between saves of last.pt besides validations
     patience: int = 0
     average: int = 0  # keep the last N validation checkpoints, average them at the end (0: off)
+    beam_alpha: float = 0.6  # the length penalty of this run's beam search unless --alpha is given
     seed: int = 1234
     precision: str = "auto"
     device: str = "auto"
@@ -129,6 +130,8 @@ class TrainConfig:
             raise TformerError("--label-smoothing must be in [0, 1)")
         if self.clip_norm < 0:
             raise TformerError("--clip-norm must be 0 (off) or more")
+        if self.beam_alpha < 0:
+            raise TformerError("--beam-alpha must be 0 or more")
         if self.valid_bleu_size < 1:
             raise TformerError("--valid-bleu-size must be at least 1")
         if not 0 <= self.ss_min <= 1:

@@ -212,27 +212,28 @@ def field_name(loc: tuple[Any, ...]) -> str:
     return name or "body"
 
 
-def request_models(limits: Limits) -> tuple[type, type]:
-    """The bodies of ``/translate`` and ``/attention``, with the limits in their schema.
-    Strict: ``"5"`` is not a beam, and an unknown field is an error (a typo is not ignored)."""
+def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type]:
+    """The bodies of ``/translate`` and ``/attention``, with the limits in their schema and
+    ``alpha`` (the run's ``beam_alpha``) as the default length penalty. Strict: ``"5"`` is not
+    a beam, and an unknown field is an error (a typo is not ignored)."""
     strict = ConfigDict(extra="forbid", strict=True)
     text = Annotated[str, Field(max_length=limits.max_chars)]
     beam = {"ge": 1, "le": limits.max_beam, "description": "Beam size (1: greedy)."}
-    alpha = Field(0.6, ge=0, le=5, description="GNMT length penalty.")
+    penalty = Field(alpha, ge=0, le=5, description="GNMT length penalty.")
     translate = create_model(
         "TranslateRequest",
         __config__=strict,
         texts=(list[text], Field(min_length=1, max_length=limits.max_texts)),
         beam=(int, Field(5, **beam)),
         nbest=(int, Field(1, ge=1, le=limits.max_beam, description="Hypotheses per text.")),
-        alpha=(float, alpha),
+        alpha=(float, penalty),
     )
     attention = create_model(
         "AttentionRequest",
         __config__=strict,
         text=(text, ...),
         beam=(int, Field(1, **beam)),
-        alpha=(float, alpha),
+        alpha=(float, penalty),
     )
     return translate, attention
 
@@ -273,7 +274,7 @@ def create_app(
     batcher = Batcher(run, max_tokens, wait_ms / 1000)
     info = model_info(run, limits, max_tokens)
     positions = run.model.cfg.max_positions
-    translate_body, attention_body = request_models(limits)
+    translate_body, attention_body = request_models(limits, run.config.train.beam_alpha)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

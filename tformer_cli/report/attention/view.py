@@ -181,7 +181,8 @@ def inspect_attention(
                            f"{model.cfg.max_positions - 1}")  # fmt: skip
     with inference(run.device, run.dtype):
         src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
-        best = search(model, src, DecodeConfig(beam=beam), use_cache=True)[0][0]
+        cfg = DecodeConfig(beam=beam, alpha=run.config.train.beam_alpha)  # the run's penalty
+        best = search(model, src, cfg, use_cache=True)[0][0]
         maps = inspect_pair(model, tok, text, src_ids, best.tokens + [EOS_ID] * best.finished)
     score, note = None, ""
     if align and kind == "cross":
