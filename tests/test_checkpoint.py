@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import json
 import os
 
@@ -95,6 +96,19 @@ def test_load_state_on_a_corrupt_file_raises_tformer_error(tmp_path, kind):
     path.write_bytes(content[kind])
     with pytest.raises(TformerError, match=r"model\.pt"):
         load_state(path)
+
+
+def test_load_state_names_the_damage_without_torchs_weights_only_advice(tmp_path):
+    """A file that is no checkpoint, or one holding objects beyond tensors, is refused in our
+    words: torch's hint to retry with ``weights_only=False`` would run code from the file."""
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"definitely not a checkpoint")
+    with pytest.raises(TformerError, match=r"not a whole torch\.save archive") as info:
+        load_state(path)
+    torch.save({"w": torch.zeros(2), "when": fractions.Fraction(1, 3)}, path)
+    with pytest.raises(TformerError, match="objects other than tensors") as other:
+        load_state(path)
+    assert "weights_only" not in str(info.value) + str(other.value)
 
 
 def test_load_state_error_message_is_one_line(tmp_path):
@@ -235,6 +249,9 @@ def test_average_run_needs_two_checkpoints(tmp_path):
 def test_a_run_stopped_between_its_tokenizer_and_its_config_says_so(tmp_path, make_run):
     run_dir, _ = make_run(tmp_path / "run")
     (run_dir / "config.json").unlink()
+    with pytest.raises(TformerError, match=r"config.json is missing: the run's weights are there"):
+        RunConfig.load(run_dir)  # not "train it again": that would overwrite a trained run
+    (run_dir / "model.pt").unlink()
     with pytest.raises(TformerError, match=r"stopped before training began .* same --name"):
         RunConfig.load(run_dir)
     (run_dir / "tokenizer.json").unlink()

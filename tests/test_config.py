@@ -193,8 +193,10 @@ def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [(["--d-model", "0"], "d_model must be at least 1"), (["--heads", "0"], "h must be"),
-     (["--layers", "0"], "n_encoder_layers must be"), (["--dropout", "1.5"], "dropout must be"),
+    [(["--d-model", "0"], "d_model (--d-model) must be at least 1"),
+     (["--heads", "0"], "h (--heads) must be"),
+     (["--layers", "0"], "n_encoder_layers (--layers) must be"),
+     (["--dropout", "1.5"], "dropout must be"),
      (["--epochs", "-1"], "--epochs must be 0"), (["--max-steps", "-3"], "--max-steps"),
      (["--clip-norm=-1"], "--clip-norm must be 0 (off)"),
      (["--label-smoothing", "1.5"], "--label-smoothing must be in [0, 1)"),
@@ -234,6 +236,22 @@ def test_decode_config_refuses_negative_penalties_and_limits():
     for bad in bad_values:
         with pytest.raises(TformerError):
             DecodeConfig(**bad)
+    for name in ("alpha", "max_len_a", "max_len_b", "min_len"):  # named as the option
+        with pytest.raises(TformerError, match=f"^--{name.replace('_', '-')} must not be neg"):
+            DecodeConfig(**{name: -1})
+
+
+@pytest.mark.parametrize(
+    ("field", "option"), [("n_encoder_layers", "--layers"), ("h", "--heads"), ("d_ff", "--d-ff")]
+)
+def test_model_sizes_below_one_name_the_field_and_its_option(field, option):
+    with pytest.raises(TformerError, match=rf"^{field} \({option}\) must be at least 1, not 0"):
+        ModelConfig(vocab_size=10, **{field: 0})
+
+
+def test_a_missing_recipe_file_is_named_as_a_file():
+    with pytest.raises(TformerError, match=r"^recipe file nosuch\.toml does not exist$"):
+        load_recipe("nosuch.toml")
 
 
 def test_a_run_keeps_its_local_data_path_absolute(tmp_path, monkeypatch, captured_trainer):

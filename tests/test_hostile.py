@@ -433,6 +433,8 @@ def test_translate_out_of_range_option(run, extra, code, fragment):
         assert_error(result, fragment)
 
 
+# --device cuda is an error only where there is no CUDA
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 TRAIN_BAD = {
     "lr-0": (["--lr", "0"], "--lr"),
     "lr-negative": (["--lr", "-1"], "--lr"),
@@ -460,7 +462,7 @@ TRAIN_BAD = {
     "scheduled-sampling-nonsense": (["--scheduled-sampling", "nonsense"], "nonsense"),
     "ss-tau-0": (["--ss-tau", "0"], "--ss-tau"),
     "name-with-slash": (["--name", "../escape"], "--name"),
-    "device-cuda": (["--device", "cuda"], "cuda"),
+    "device-cuda": pytest.param(["--device", "cuda"], "cuda", marks=NO_CUDA),
     "precision-nonsense": (["--precision", "nonsense"], "nonsense"),
     "src-file-alone": (["--src-file", "train.tsv"], "--tgt-file"),
     "hf-without-a-name": (["--data", "hf:"], "hf:"),
@@ -521,7 +523,7 @@ EVAL_BAD = {
     "beam-0": (["--beam", "0"], 2, "--beam"),
     "threads-negative": (["--threads", "-1"], 2, "--threads"),
     "alpha-negative": (["--alpha", "-1"], 1, "alpha"),
-    "device-cuda": (["--device", "cuda"], 1, "cuda"),
+    "device-cuda": pytest.param(["--device", "cuda"], 1, "cuda", marks=NO_CUDA),
     "precision-nonsense": (["--precision", "nonsense"], 1, "nonsense"),
 }
 
@@ -545,7 +547,7 @@ INSPECT_BAD = {
     "save-bmp": (["--save", "x.bmp"], 1, "x.bmp"),
     "beam-0": (["--beam", "0"], 2, "--beam"),
     "align-sentences-0": (["--align-sentences", "0"], 2, "--align-sentences"),
-    "device-cuda": (["--device", "cuda"], 1, "cuda"),
+    "device-cuda": pytest.param(["--device", "cuda"], 1, "cuda", marks=NO_CUDA),
 }
 
 
@@ -568,9 +570,8 @@ def test_inspect_attention_of_text_it_cannot_take_is_one_line(run, text):
     assert_error(result, "re:text|tokens")
 
 
+@NO_CUDA
 def test_translate_on_cuda_without_cuda_is_one_line(run):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
     result = invoke("translate", "red cat", "-m", run, "--device", "cuda")
     assert_error(result, "cuda", "re:no CUDA|not available")
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import re
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +76,12 @@ class RunConfig:
                 raise TformerError(f"{path} is corrupt ({e})") from None
             return cls(model=model, train=train, version=raw["version"], format=fmt)
         except FileNotFoundError:
+            trained = ("model.pt", "last.pt", "log.jsonl")
+            if any((run_dir / name).is_file() for name in trained):
+                raise TformerError(
+                    f"{path} is missing: the run's weights are there, but cannot be read"
+                    " without their settings (restore the file from a copy)"
+                ) from None
             if (run_dir / "tokenizer.json").is_file():  # killed between the two first writes
                 raise TformerError(
                     f"{run_dir} stopped before training began (a tokenizer.json, no config.json):"
@@ -84,12 +92,27 @@ class RunConfig:
             raise TformerError(f"{path} is corrupt ({type(e).__name__}: {e})") from None
 
 
-def load_state(path: Path) -> dict[str, Any]:
-    """``torch.load`` with ``weights_only=True`` (a checkpoint never runs code); one-line errors."""
+def check_checkpoint(path: Path) -> None:
+    """A one-line error unless ``path`` is a whole ``torch.save`` archive (a zip), unread."""
     if not path.is_file():
         raise TformerError(f"{path} is missing: train the run first (tformer train)")
+    if not zipfile.is_zipfile(path):
+        raise TformerError(
+            f"{path} is corrupt or not a tformer checkpoint (not a whole torch.save archive:"
+            " truncated, empty or another kind of file)"
+        )
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """``torch.load`` with ``weights_only=True`` (a checkpoint never runs code); one-line errors."""
+    check_checkpoint(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # torch's hint to load with weights_only=False: not here
+        raise TformerError(
+            f"{path} is not a tformer checkpoint: it holds objects other than tensors and"
+            " numbers, which tformer does not load"
+        ) from None
     except Exception as e:  # torch raises many types for truncated or foreign files
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({reason})") from None

@@ -38,10 +38,12 @@ class ModelConfig:
     max_positions: int = 1024
 
     def __post_init__(self) -> None:
-        sizes = ("d_model", "h", "d_ff", "n_encoder_layers", "n_decoder_layers")
-        for name in sizes:
+        sizes = {"d_model": "--d-model", "h": "--heads", "d_ff": "--d-ff",
+                 "n_encoder_layers": "--layers", "n_decoder_layers": "--layers"}  # fmt: skip
+        for name, option in sizes.items():
             if getattr(self, name) < 1:
-                raise TformerError(f"{name} must be at least 1, not {getattr(self, name)}")
+                value = getattr(self, name)
+                raise TformerError(f"{name} ({option}) must be at least 1, not {value}")
         if self.d_model % self.h:
             raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
         if not 0 <= self.dropout < 1:
@@ -209,8 +211,10 @@ class DecodeConfig:
                 raise TformerError(f"{name} must be a finite number, not {getattr(self, name)}")
         if self.beam < 1 or self.nbest < 1:
             raise TformerError("beam and nbest must be at least 1")
-        if min(self.alpha, self.max_len_a, self.max_len_b, self.min_len) < 0:
-            raise TformerError("alpha, max_len_a, max_len_b and min_len must not be negative")
+        for name in ("alpha", "max_len_a", "max_len_b", "min_len"):
+            if getattr(self, name) < 0:
+                option = "--" + name.replace("_", "-")
+                raise TformerError(f"{option} must not be negative, not {getattr(self, name)}")
 
 
 RECIPES = Path(__file__).parent / "recipes"
@@ -220,6 +224,8 @@ def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
     """A training recipe: ``toy``, ``multi30k`` (shipped) or a TOML file with ``[model]`` and
     ``[train]`` tables whose keys are ``ModelConfig`` / ``TrainConfig`` field names."""
     path = Path(spec) if spec.endswith(".toml") else RECIPES / f"{spec}.toml"
+    if spec.endswith(".toml") and not path.is_file():
+        raise TformerError(f"recipe file {spec} does not exist")
     if not path.is_file():
         shipped = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
         raise TformerError(f"no recipe {spec!r}: use one of {shipped}, or a .toml file")

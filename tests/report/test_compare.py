@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -145,4 +146,12 @@ def test_bad_arguments_fail_in_one_line_before_any_work(two_runs, tmp_path):
         compare(two_runs, save=tmp_path / "x.jpg")
     with pytest.raises(TformerError, match="no run folder"):
         compare([two_runs[0], tmp_path / "missing"])
+    broken = tmp_path / "broken"
+    shutil.copytree(two_runs[1], broken)
+    (broken / "model.pt").write_bytes(b"")
+    with pytest.raises(TformerError, match=r"broken/model\.pt is corrupt"):
+        compare([two_runs[0], broken])
+    (broken / "config.json").unlink()
+    with pytest.raises(TformerError, match=r"config\.json is missing"):
+        compare([two_runs[0], broken])
     assert not (two_runs[0] / EVALS).exists()

@@ -188,11 +188,12 @@ def test_a_running_run_before_its_config_is_written_is_running(runs_dir):
 @pytest.mark.parametrize(
     ("breakage", "reason"),
     [
-        ("no config", "stopped before training began (a tokenizer.json, no config.json)"),
+        ("no config", "config.json is missing: the run's weights are there"),
         ("config not JSON", "config.json is corrupt"),
         ("log not UTF-8", "log.jsonl is not UTF-8 text"),
         ("bad line inside the log", "log.jsonl line 2 is not a JSON object"),
         ("finished without model.pt", "finished, but model.pt is missing"),
+        ("truncated model.pt", "model.pt is corrupt"),
     ],
 )
 def test_a_broken_folder_is_a_row_saying_why(finished, breakage, reason):
@@ -204,6 +205,9 @@ def test_a_broken_folder_is_a_row_saying_why(finished, breakage, reason):
         (finished / "log.jsonl").write_bytes(b'{"step": 1}\n\xff\xfe\n')
     elif breakage == "bad line inside the log":
         (finished / "log.jsonl").write_text('{"step": 1}\n[1, 2]\n{"step": 2}\n', encoding="utf-8")
+    elif breakage == "truncated model.pt":
+        whole = (finished / "model.pt").read_bytes()
+        (finished / "model.pt").write_bytes(whole[: len(whole) // 2])
     else:
         (finished / "model.pt").unlink()
     info = collect_run(finished)
@@ -298,3 +302,11 @@ def test_a_folder_that_cannot_be_read_does_not_stop_the_listing(finished, interr
     found = {r.name: r for r in list_runs(finished.parent)}
     assert found["done"].state == "finished" and found["cut"].state == "broken"
     assert "cannot be read (PermissionError" in found["cut"].detail
+
+
+def test_a_run_name_stays_whole_on_an_80_column_console(runs_dir, make_run):
+    """The name is what ``-m`` takes: never folded into pieces, however narrow the console."""
+    make_run(runs_dir / "toy-20261126-075542")
+    console = Console(file=io.StringIO(), width=80, soft_wrap=True, color_system=None)  # as cli's
+    show_runs(runs_dir, console)
+    assert "toy-20261126-075542" in console.file.getvalue()

@@ -26,7 +26,7 @@ from rich.text import Text
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_picture, make_chart, run_series, save_chart
@@ -443,6 +443,9 @@ def compare_runs(
     paths = [find_run(r, runs_dir) for r in runs]
     if len({p.resolve() for p in paths}) < len(paths):
         raise TformerError("a run is named twice: compare different runs")
+    for path in paths:  # each readable before any is evaluated (minutes each)
+        RunConfig.load(path)
+        check_checkpoint(path / "model.pt")
     scored = []
     for name, path in zip(run_names(paths), paths, strict=True):
         reused, stored = score_run(

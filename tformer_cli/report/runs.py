@@ -2,7 +2,8 @@
 
 Collect only: for each folder, ``config.json`` (settings), ``log.jsonl`` (how far it got, its
 scores, how it stopped), the stored evaluations of ``tformer eval`` (``RUN/evals/``, test BLEU of
-the current ``model.pt``) and the run lock; never a checkpoint's weights. A folder that cannot be
+the current ``model.pt``), the run lock, and whether ``model.pt`` is a whole zip archive (as
+``torch.save`` writes it); never a checkpoint's weights. A folder that cannot be
 read is a row saying why (``state`` broken), never a traceback.
 
 States, in the order they are decided:
@@ -12,7 +13,8 @@ States, in the order they are decided:
   looks alive. ``is_running`` probes it without waiting and without creating the file.
 - ``broken``: no readable ``config.json``, or a ``log.jsonl`` that cannot be read (not UTF-8, a
   line that is not a JSON object before the last one; a half-written last line is what a kill
-  leaves, and is ignored as ``--resume`` ignores it), or finished without ``model.pt``.
+  leaves, and is ignored as ``--resume`` ignores it), a ``model.pt`` that is not a whole zip
+  archive (truncated, empty, foreign), or finished without ``model.pt``.
 - ``finished``: the log's last records after training say it stopped by a stopping rule
   (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
@@ -27,6 +29,7 @@ import json
 import os
 import threading
 import time
+import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -376,6 +379,10 @@ def collect_run(run_dir: Path) -> RunInfo:
     finished = is_stopping_rule(end.get("stopped_by")) or "test_bleu" in end
     if running:
         return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+    if has_model and not zipfile.is_zipfile(run_dir / "model.pt"):  # torch.save writes a zip
+        return RunInfo(
+            state="broken", detail="model.pt is corrupt (not a whole checkpoint)", **info
+        )
     if finished and has_model:
         return RunInfo(state="finished", detail=str(end.get("stopped_by") or "finished"), **info)
     if finished:
@@ -474,7 +481,8 @@ def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
         title=title, title_justify="left", caption=caption, caption_justify="left",
         box=None, pad_edge=False, header_style="bold underline",
     )  # fmt: skip
-    table.add_column("run", overflow="fold", max_width=28)
+    longest = max((len(r.name) for r in runs), default=3)  # a name is what -m takes: kept whole
+    table.add_column("run", overflow="fold", min_width=min(longest, 28), max_width=28)
     table.add_column("updated", no_wrap=True)
     table.add_column("data", overflow="fold", min_width=8, max_width=24)
     table.add_column("model", no_wrap=True)
