@@ -252,12 +252,23 @@ def test_ctrl_c_or_sigterm_mid_run_saves_last_pt_and_reports_the_interruption(
 
 
 def test_resume_past_its_limit_makes_no_update(tmp_path, tiny_corpus, single_thread_trainer):
-    run(tmp_path / "run", tiny_corpus, max_steps=8, valid_every=100)
-    before = load_state(tmp_path / "run" / "last.pt")["model"]
-    _, result = run(tmp_path / "run", tiny_corpus, resume=True, max_steps=4, valid_every=100)
+    """A finished run resumed with a limit behind it is left as it was (no validation, no test,
+    no new stop record, its settings kept); one killed before its test score finishes it."""
+    run_dir = tmp_path / "run"
+    run(run_dir, tiny_corpus, max_steps=8, valid_every=100)
+    files = {
+        name: (run_dir / name).read_bytes() for name in ("last.pt", "log.jsonl", "config.json")
+    }
+    _, result = run(run_dir, tiny_corpus, resume=True, max_steps=4, valid_every=100)
     assert result.state.step == 8 and "max-steps 4" in result.stopped_by
-    after = load_state(tmp_path / "run" / "last.pt")["model"]
-    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert result.test_bleu is None
+    assert {name: (run_dir / name).read_bytes() for name in files} == files
+    log = (run_dir / "log.jsonl").read_text().splitlines()
+    (run_dir / "log.jsonl").write_text("\n".join(log[:-1]) + "\n")  # killed before the test
+    _, result = run(run_dir, tiny_corpus, resume=True, max_steps=4, valid_every=100)
+    assert result.test_bleu is not None and "test_bleu" in log_records(run_dir)[-1]
+    before = torch.load(io.BytesIO(files["last.pt"]), weights_only=True)["model"]
+    assert_same_weights(before, load_state(run_dir / "last.pt")["model"])  # no update made
 
 
 def log_records(run_dir: Path) -> list[dict]:

@@ -414,10 +414,13 @@ class Trainer:
         elif resume:
             self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
                              " starting from step 0 with its saved settings")  # fmt: skip
+        # a finished run resumed with no later stopping rule: nothing to do, nothing rewritten
+        self.done = resume and self._stop_reason() is not None and self._ended_with_test()
         if w.main:
             self.run_lock = lock_run(run_dir)  # `tformer runs`: running while this process lives
-            RunConfig(model_cfg, cfg).save(run_dir)
-            if resume:
+            if not self.done:
+                RunConfig(model_cfg, cfg).save(run_dir)
+            if resume and not self.done:
                 self._forget_after(self.state.step)
         self.ddp = (
             DistributedDataParallel(
@@ -486,6 +489,16 @@ class Trainer:
             s.budget_updates, s.budget_minutes, s.decay_from = 0, 0.0, 0
             self.console.log(f"no --max-minutes any more (was {old:g}): the learning rate"
                              f" follows 1/sqrt decay after update {s.step}")  # fmt: skip
+
+    def _ended_with_test(self) -> bool:
+        """Whether log.jsonl ends with the test score: the run finished all it had to do."""
+        log = self.run_dir / "log.jsonl"
+        lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+        try:
+            last = json.loads(lines[-1]) if lines else {}
+        except ValueError:  # a half-written line: killed mid-write, so not finished
+            return False
+        return isinstance(last, dict) and "test_bleu" in last
 
     def _forget_after(self, step: int) -> None:
         """Drop what a killed run wrote past the step it resumes from: log.jsonl records (so a
@@ -775,6 +788,13 @@ class Trainer:
 
     def run(self, quiet: bool = False) -> TrainResult:
         cfg, s = self.cfg, self.state
+        if self.done:
+            reason = self._stop_reason() or ""
+            self.console.log(
+                f"{self.run_dir} already finished at update {s.step} ({reason}): nothing to do;"
+                " a later --max-steps, --epochs or --max-minutes trains on"
+            )
+            return TrainResult(self.run_dir, s, None, reason)
         n_params = sum(p.numel() for p in self.model.parameters())
         first = self._epoch_batches(s.epoch)
         longest = max(self.lengths)  # a pair over --max-tokens gets a batch of its own
