@@ -21,6 +21,7 @@ from rich.console import Console
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.device import cpu_model
+from tformer_cli.errors import TformerError
 from tformer_cli.report.compare import run_names, score_run
 from tformer_cli.report.evaluation import EvalConfig
 
@@ -51,7 +52,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: as tformer eval chooses.")
     parser.add_argument("--json", type=Path, help="Write the table as JSON here.")
     args = parser.parse_args()
-    table = sweep(args.runs, args.alphas, args.split, args.beam, args.threads)
+    if args.beam < 2:
+        parser.error("--beam must be at least 2: the penalty only changes beam search")
+    try:
+        table = sweep(args.runs, args.alphas, args.split, args.beam, args.threads)
+    except TformerError as e:  # a missing or broken run, a negative alpha: one line
+        parser.exit(1, f"Error: {e}\n")
     mean = {a: statistics.mean(row[a] for row in table.values()) for a in args.alphas}
     best = max(args.alphas, key=lambda a: mean[a])
     print(f"# {cpu_model()}, torch {torch.__version__}, {datetime.date.today()}")

@@ -219,7 +219,7 @@ def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type]:
     strict = ConfigDict(extra="forbid", strict=True)
     text = Annotated[str, Field(max_length=limits.max_chars)]
     beam = {"ge": 1, "le": limits.max_beam, "description": "Beam size (1: greedy)."}
-    penalty = Field(alpha, ge=0, le=5, description="GNMT length penalty.")
+    penalty = Field(alpha, ge=0, le=max(5.0, alpha), description="GNMT length penalty.")
     translate = create_model(
         "TranslateRequest",
         __config__=strict,
