@@ -65,6 +65,13 @@ def test_corrupt_config_json_raises_tformer_error(tmp_path, content):
         RunConfig.load(tmp_path)
 
 
+@pytest.mark.parametrize("content", ["null", "{}", "[1, 2]"])
+def test_a_config_json_without_a_run_format_says_it_is_not_a_runs_config(tmp_path, content):
+    (tmp_path / "config.json").write_text(content, encoding="utf-8")
+    with pytest.raises(TformerError, match=r"is not a tformer run's config \(no run format"):
+        RunConfig.load(tmp_path)
+
+
 def test_non_utf8_config_json_raises_tformer_error(tmp_path):
     (tmp_path / "config.json").write_bytes(b'{"format": 1, "x": "\xff\xfe"}')
     with pytest.raises(TformerError):
@@ -196,6 +203,18 @@ def test_load_run_with_a_corrupt_model_raises_tformer_error(tmp_path, make_run):
     (run_dir / "model.pt").write_bytes(b"\x00" * 64)
     with pytest.raises(TformerError):
         load_run(run_dir, device="cpu", precision="fp32")
+
+
+def test_a_model_pt_of_another_size_names_the_first_mismatch_in_one_line(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    raw = json.loads((run_dir / "config.json").read_text())
+    raw["model"]["d_ff"] *= 2
+    (run_dir / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(TformerError) as error:
+        load_run(run_dir, device="cpu", precision="fp32")
+    message = str(error.value)
+    assert "model.pt does not match config.json: size mismatch for " in message
+    assert "\n" not in message and not message.endswith(":")
 
 
 def test_load_run_with_a_model_pt_that_is_not_a_state_dict_raises_tformer_error(tmp_path, make_run):

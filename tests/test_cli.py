@@ -180,6 +180,50 @@ def test_an_interrupted_training_exits_130_and_says_how_to_resume(tmp_path, monk
     assert "--resume runs/cut" in result.stderr and "no model.pt yet" in result.stderr
 
 
+def test_ctrl_c_while_the_data_is_tokenized_leaves_no_run_folder(tmp_path, monkeypatch):
+    from tformer_cli.data.data_cache import DataCache
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DataCache, "encoded", interrupted)
+    result = invoke("train", "--name", "cut", "--quiet")
+    assert result.exit_code == 130 and "interrupted" in result.stderr
+    assert not (tmp_path / "runs" / "cut").exists()
+
+
+def test_ctrl_c_while_the_command_starts_up_is_one_word_and_exit_130():
+    """Importing torch takes a second or two: a Ctrl-C then is no traceback either."""
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'tformer_cli.cli':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "from tformer_cli.__main__ import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+
+
+def test_running_out_of_memory_is_one_line_naming_the_size(tmp_path, make_run, monkeypatch):
+    from tformer_cli.decode import search
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate"
+            " memory: you tried to allocate 2867200000000 bytes. Error code 12"
+        )
+
+    monkeypatch.setattr(search, "translate_chunks", out_of_memory)
+    run_dir, _ = make_run(tmp_path / "run")
+    result = invoke("translate", "red cat", "--model", str(run_dir), "--device", "cpu")
+    assert_clean_error(result, "out of memory (tried to allocate 2867200000000 bytes): try")
+
+
 def test_resume_of_a_folder_without_config_json_is_an_error(tmp_path):
     (tmp_path / "old").mkdir()
     result = invoke("train", "--resume", str(tmp_path / "old"), "--quiet")
@@ -222,7 +266,7 @@ def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--sample", "--temperature", "0"], "temperature must be a finite number > 0"),
+        (["--sample", "--temperature", "0"], "temperature must be in [1e-4, 1e4]"),
         (["--sample", "--top-p", "1.5"], "top-p must be in (0, 1]"),
         (["--sample", "--epsilon", "1"], "epsilon must be in [0, 1)"),
         (["--top-k", "3"], "need --sample or --mbr"),

@@ -421,6 +421,16 @@ TRANSLATE_BAD = {
     "max-len-a-nan": (["--max-len-a", "nan"], 1, "re:max.len.a"),
     "device-nonsense": (["--device", "nonsense"], 1, "nonsense"),
     "precision-nonsense": (["--precision", "nonsense"], 1, "nonsense"),
+    # numbers that overflowed torch or asked for terabytes (tracebacks before their bounds)
+    "beam-huge": (["--beam", "99999999999999999999"], 2, "--beam"),
+    "beam-1e8": (["--beam", "100000000"], 2, "--beam"),
+    "chunk-size-huge": (["--chunk-size", "99999999999999999999"], 2, "--chunk-size"),
+    "max-len-b-huge": (["--max-len-b", "99999999999999999999"], 2, "--max-len-b"),
+    "nbest-huge": (["--sample", "--nbest", "99999999999999999999"], 2, "--nbest"),
+    "mbr-huge": (["--mbr", "99999999999999999999"], 2, "--mbr"),
+    "seed-huge": (["--sample", "--seed", "99999999999999999999"], 2, "--seed"),
+    "temperature-1e-300": (["--sample", "--temperature", "1e-300"], 1, "temperature"),
+    "temperature-1e300": (["--sample", "--temperature", "1e300"], 1, "temperature"),
 }
 
 
@@ -467,6 +477,11 @@ TRAIN_BAD = {
     "src-file-alone": (["--src-file", "train.tsv"], "--tgt-file"),
     "hf-without-a-name": (["--data", "hf:"], "hf:"),
     "data-missing": (["--data", "/does/not/exist"], "/does/not/exist"),
+    "name-dot-cache": (["--name", ".cache"], "--name"),
+    "nnodes-not-a-number": (
+        ["--nproc", "2", "--nnodes", "foo", "--rdzv-endpoint", "h:1"],
+        "--nnodes",
+    ),
 }
 TINY = ["--d-model", "32", "--heads", "4", "--d-ff", "64", "--layers", "1", "--vocab-size", "60",
         "--max-steps", "2", "--valid-every", "2", "--device", "cpu", "--precision", "fp32",
@@ -507,8 +522,10 @@ def test_train_preset_file_that_is_bad_names_it_in_one_line(corpus, tmp_path, co
 @pytest.mark.parametrize(
     ("extra", "option"),
     [(["--positional", "nonsense"], "--positional"), (["--norm", "middle"], "--norm"),
-     (["--lr", "fast"], "--lr"), (["--epochs", "1.5"], "--epochs")],
-    ids=["positional-nonsense", "norm-nonsense", "lr-not-a-number", "epochs-not-an-int"],
+     (["--lr", "fast"], "--lr"), (["--epochs", "1.5"], "--epochs"),
+     (["--seed", "99999999999999999999"], "--seed"), (["--vocab-size", "2000000"], "--vocab-size")],
+    ids=["positional-nonsense", "norm-nonsense", "lr-not-a-number", "epochs-not-an-int",
+         "seed-huge", "vocab-size-huge"],
 )  # fmt: skip
 def test_train_option_rejected_as_a_usage_error(corpus, tmp_path, extra, option):
     runs = tmp_path / "runs"
@@ -525,6 +542,9 @@ EVAL_BAD = {
     "alpha-negative": (["--alpha", "-1"], 1, "alpha"),
     "device-cuda": pytest.param(["--device", "cuda"], 1, "cuda", marks=NO_CUDA),
     "precision-nonsense": (["--precision", "nonsense"], 1, "nonsense"),
+    "beam-huge": (["--beam", "99999999999999999999"], 2, "--beam"),
+    "seed-huge": (["--seed", "99999999999999999999"], 2, "--seed"),
+    "threads-huge": (["--threads", "99999999999999999999"], 2, "--threads"),
 }
 
 
@@ -546,6 +566,7 @@ INSPECT_BAD = {
     "kind-nonsense": (["--kind", "nonsense"], 1, "nonsense"),
     "save-bmp": (["--save", "x.bmp"], 1, "x.bmp"),
     "beam-0": (["--beam", "0"], 2, "--beam"),
+    "beam-huge": (["--beam", "99999999999999999999"], 2, "--beam"),
     "align-sentences-0": (["--align-sentences", "0"], 2, "--align-sentences"),
     "device-cuda": pytest.param(["--device", "cuda"], 1, "cuda", marks=NO_CUDA),
 }
@@ -725,6 +746,7 @@ def test_damaged_run_folder_is_one_line_and_left_as_it_was(run_copy, corpus, com
             "config-wrong-type", "tokenizer-corrupt"],
 )  # fmt: skip
 def test_resume_of_a_damaged_run_is_one_line_and_left_as_it_was(run_copy, tmp_path, how):
+    (run_copy / "model.pt").unlink()  # as a run killed before its first save (no last.pt either)
     model = damage(run_copy, how)
     before = snapshot(model)
     result = invoke("train", "--resume", model, "--quiet", "--device", "cpu")

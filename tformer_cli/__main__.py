@@ -1,5 +1,18 @@
-"""``python -m tformer_cli``."""
+"""``tformer`` and ``python -m tformer_cli``: the command line, started so that a Ctrl-C while
+torch and the rest import (a second or two) ends as quietly as one during a command."""
 
-from tformer_cli.cli import main
+import sys
 
-main()
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        from tformer_cli.cli import main as run
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    run()
+
+
+if __name__ == "__main__":
+    main()

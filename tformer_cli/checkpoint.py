@@ -61,7 +61,9 @@ class RunConfig:
         path = run_dir / "config.json"
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            fmt = raw.get("format")
+            if not isinstance(raw, dict) or "format" not in raw:
+                raise TformerError(f"{path} is not a tformer run's config (no run format in it)")
+            fmt = raw["format"]
             if fmt != FORMAT:
                 raise TformerError(
                     f"{path}: run format {fmt} from tformer {raw.get('version')} "
@@ -219,6 +221,18 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     return net.to(torch.bfloat16) if dtype == torch.bfloat16 else net
 
 
+def load_weights(net: torch.nn.Module, run_dir: Path) -> None:
+    """Load ``run_dir/model.pt`` into ``net``, a model built from the run's config.json; a
+    mismatch is a one-line error that names its first difference."""
+    try:
+        net.load_state_dict(load_state(run_dir / "model.pt"))
+    except (RuntimeError, TypeError, AttributeError) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [repr(e)]
+        first = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in") else lines[0]
+        first = first if len(first) <= 160 else first[:157] + "..."  # key lists run long
+        raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
+
+
 def load_run(
     model: Path | None, device: str = "auto", precision: str = "fp32", compile: str = "auto"
 ) -> LoadedRun:
@@ -232,11 +246,7 @@ def load_run(
             f"{run_dir}: tokenizer.json does not match config.json (vocabulary size)"
         )
     net = Transformer(config.model)
-    try:
-        net.load_state_dict(load_state(run_dir / "model.pt"))
-    except (RuntimeError, TypeError, AttributeError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise TformerError(f"{run_dir}/model.pt does not match config.json: {first}") from None
+    load_weights(net, run_dir)
     setup_threads()
     dev = resolve_device(device)
     dtype = resolve_precision(precision, dev, config.model.d_model, inference=True)

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from tformer_cli import __version__
 from tformer_cli.config import (
+    MAX_VOCAB,
     DecodeConfig,
     ModelConfig,
     SamplingConfig,
@@ -43,6 +44,11 @@ tokenizer_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(tokenizer_app, name="tokenizer")
+
+# Upper bounds of options that size memory or seed a generator: past them, a one-line error
+# rather than torch's overflow or allocation traceback.
+MAX_BEAM, MAX_HYPOTHESES = 256, 1024
+MAX_SEED = 2**63 - 1
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -135,6 +141,8 @@ Epsilon = Annotated[
 Mbr = Annotated[
     int,
     typer.Option(
+        min=0,
+        max=MAX_HYPOTHESES,
         help="Minimum Bayes risk: the candidate of highest expected utility among N samples"
         " (or the beam's N-best, --mbr-from beam). 0: off.",
     ),
@@ -157,7 +165,10 @@ Split = Annotated[
 ]
 Limit = Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N sentence pairs.")]
 EvalBeam = Annotated[
-    int, typer.Option("--beam", "-k", min=1, help="Beam size besides greedy (1: greedy only).")
+    int,
+    typer.Option(
+        "--beam", "-k", min=1, max=MAX_BEAM, help="Beam size besides greedy (1: greedy only)."
+    ),
 ]
 Alpha = Annotated[
     float | None,
@@ -166,9 +177,14 @@ Alpha = Annotated[
         " run's --beam-alpha, 0.6 unless its training set another."
     ),
 ]
-NoiseSeed = Annotated[int, typer.Option(help="Seed of the prefix-noise draws.")]
+NoiseSeed = Annotated[
+    int, typer.Option(min=0, max=MAX_SEED, help="Seed of the prefix-noise draws.")
+]
 Threads = Annotated[
-    int, typer.Option(min=0, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle.")
+    int,
+    typer.Option(
+        min=0, max=1024, help="CPU threads. 0: $TFORMER_THREADS, else the cores left idle."
+    ),
 ]
 
 # ---------------------------------------------------------------------------- train
@@ -206,12 +222,14 @@ def fine_tuning(
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a run that starts from ``run``'s weights: its model settings and
     tokenizer, the rest as given. A model option given that contradicts them is an error."""
-    from tformer_cli.checkpoint import RunConfig, resolve_run
+    from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
+    from tformer_cli.model import Transformer
 
     run = resolve_run(run)
     if not (run / "model.pt").is_file():
         raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
     source = RunConfig.load(run).model
+    load_weights(Transformer(source), run)  # before any folder is made: a mismatch is an error
     for option in sorted(given):
         table, *fields = TRAIN_OPTIONS[option]
         for field in fields:
@@ -274,7 +292,9 @@ def train(
     resume: Annotated[
         Path | None, typer.Option(help="Continue the run in this folder from its last.pt.")
     ] = None,
-    vocab_size: Annotated[int, typer.Option(help="Shared subword vocabulary size.")] = T.vocab_size,
+    vocab_size: Annotated[
+        int, typer.Option(max=MAX_VOCAB, help="Shared subword vocabulary size.")
+    ] = T.vocab_size,
     tokenizer: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = T.tokenizer_kind,
     tokenizer_file: Annotated[
         Path | None,
@@ -360,7 +380,7 @@ def train(
     ss_warmup: Annotated[int, typer.Option(help="Updates of pure teacher forcing first.")] = 0,
     ss_mix: Annotated[str, typer.Option(help="Model tokens by argmax or sample.")] = T.ss_mix,
     ss_tau: Annotated[float, typer.Option(help="Sampling temperature.")] = T.ss_tau,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = T.seed,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Random seed.")] = T.seed,
     device: Device = T.device,
     precision: Precision = T.precision,
     compile: Annotated[
@@ -567,7 +587,7 @@ def translate(
             "--output", "-o", help="Write translations here (all at once, at the end), not stdout."
         ),
     ] = None,
-    beam: Annotated[int, typer.Option("--beam", "-k", min=1, help="Beam size.")] = 5,
+    beam: Annotated[int, typer.Option("--beam", "-k", min=1, max=MAX_BEAM, help="Beam size.")] = 5,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")] = False,
     alpha: Annotated[
         float | None,
@@ -580,6 +600,7 @@ def translate(
         int,
         typer.Option(
             min=1,
+            max=MAX_HYPOTHESES,
             help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
             " INDEX<TAB>SCORE<TAB>TEXT.",
         ),
@@ -589,7 +610,9 @@ def translate(
     top_k: TopK = None,
     top_p: TopP = None,
     epsilon: Epsilon = None,
-    seed: Annotated[int, typer.Option(help="Seed of the samples (--sample, --mbr).")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=MAX_SEED, help="Seed of the samples (--sample, --mbr).")
+    ] = 0,
     mbr: Mbr = 0,
     mbr_from: MbrFrom = "sample",
     mbr_utility: MbrUtility = "chrf",
@@ -605,6 +628,7 @@ def translate(
         int,
         typer.Option(
             min=1,
+            max=1_000_000,
             help="Lines read, translated (sorted by length into batches) and written at a time:"
             " output flows before the input ends, and memory does not grow with it.",
         ),
@@ -612,7 +636,7 @@ def translate(
     max_len_a: Annotated[
         float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
     ] = 1.5,
-    max_len_b: Annotated[int, typer.Option(help="Output length limit: b.")] = 10,
+    max_len_b: Annotated[int, typer.Option(max=100_000, help="Output length limit: b.")] = 10,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching).")
     ] = False,
@@ -689,7 +713,10 @@ def inspect_attention(
     text: Annotated[str, typer.Argument(help="The sentence to translate and inspect.")],
     model: ModelDir = None,
     beam: Annotated[
-        int, typer.Option("--beam", "-k", min=1, help="Beam size (1 = greedy); the best is shown.")
+        int,
+        typer.Option(
+            "--beam", "-k", min=1, max=MAX_BEAM, help="Beam size (1 = greedy); the best is shown."
+        ),
     ] = 1,
     kind: Annotated[
         str, typer.Option(help="cross (target -> source), encoder or decoder self-attention.")
@@ -769,7 +796,10 @@ def evaluate(
     mbr_utility: MbrUtility = "chrf",
     min_len: MinLen = 0,
     seed: Annotated[
-        int, typer.Option(help="Seed of the prefix-noise draws and of the samples.")
+        int,
+        typer.Option(
+            min=0, max=MAX_SEED, help="Seed of the prefix-noise draws and of the samples."
+        ),
     ] = 1234,
     device: Device = "auto",
     precision: Annotated[
@@ -936,7 +966,9 @@ def serve_command(
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
     max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
     max_body: Annotated[int, typer.Option(min=1, help="Bytes per request body.")] = 1 << 20,
-    max_beam: Annotated[int, typer.Option(min=1, help="Largest beam (and n-best).")] = 16,
+    max_beam: Annotated[
+        int, typer.Option(min=1, max=MAX_BEAM, help="Largest beam (and n-best).")
+    ] = 16,
     timeout: Annotated[
         float, typer.Option(min=0.001, help="Seconds a request may wait and run (then 503).")
     ] = 30.0,
@@ -967,7 +999,7 @@ def tokenizer_train(
     data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
-    vocab_size: Annotated[int, typer.Option(help="Vocabulary size.")] = T.vocab_size,
+    vocab_size: Annotated[int, typer.Option(max=MAX_VOCAB, help="Vocabulary size.")] = T.vocab_size,
     kind: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = "bpe",
 ) -> None:
     """Train a shared source+target tokenizer as tformer train would, and print its statistics

@@ -55,6 +55,7 @@ class ModelConfig:
 
 
 DECAYS = ("auto", "rsqrt", "linear", "cosine")
+MAX_VOCAB = 1_000_000  # subword types: past this, tokenizer training runs out of memory first
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,10 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.vocab_size > MAX_VOCAB:
+            raise TformerError(f"--vocab-size must be at most {MAX_VOCAB:,}, not {self.vocab_size}")
+        if not 0 <= self.seed < 2**63:
+            raise TformerError(f"--seed must be in [0, 2^63), not {self.seed}")
         for name in (
             "max_steps",
             "max_epochs",
@@ -169,8 +174,10 @@ class SamplingConfig:
     epsilon: float | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise TformerError(f"temperature must be a finite number > 0, not {self.temperature}")
+        # past these, fp32 log-probabilities divided by T overflow (or T itself rounds to 0 or
+        # inf), and the draw is greedy or uniform already
+        if not 1e-4 <= self.temperature <= 1e4:
+            raise TformerError(f"temperature must be in [1e-4, 1e4], not {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise TformerError(f"top-k must be at least 1, not {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

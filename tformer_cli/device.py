@@ -111,15 +111,19 @@ def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
 
 @contextlib.contextmanager
 def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
-    """Turn running out of GPU memory into a one-line ``TformerError`` that suggests a smaller
-    ``--max-tokens`` (the batch size in tokens; ``max_tokens``: its value now)."""
+    """Turn running out of GPU or CPU memory into a one-line ``TformerError`` that suggests a
+    smaller ``--max-tokens`` (the batch size in tokens; ``max_tokens``: its value now)."""
     try:
         yield
-    except torch.cuda.OutOfMemoryError as e:
-        asked = re.search(r"Tried to allocate ([\d.]+ \w+)", str(e))
+    except (torch.cuda.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        gpu = isinstance(e, torch.cuda.OutOfMemoryError)
+        if not (gpu or isinstance(e, MemoryError) or "can't allocate memory" in str(e)):
+            raise  # torch's CPU allocator raises a plain RuntimeError
+        asked = re.search(r"[Tt]ried to allocate ([\d.]+ \w+)", str(e))
         detail = f" (tried to allocate {asked.group(1)})" if asked else ""
         now = f" (now {max_tokens})" if max_tokens is not None else ""
-        raise TformerError(f"out of GPU memory{detail}: try a smaller --max-tokens{now}") from None
+        where = "GPU memory" if gpu else "memory"
+        raise TformerError(f"out of {where}{detail}: try a smaller --max-tokens{now}") from None
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:

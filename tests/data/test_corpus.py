@@ -475,6 +475,15 @@ def test_json_line_without_src_and_tgt_strings_names_file_and_line(tmp_path: Pat
 def test_empty_file_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path / "train.tsv", "")
     assert error_of(str(path)) == f"{path}: empty file"
+    path = write(tmp_path / "blank" / "train.tsv", "\n \r\n\n")
+    assert error_of(str(path)) == f"{path}: empty file"
+
+
+def test_blank_lines_after_the_text_are_not_pairs(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.tsv", "a b\tx y\nc d\tz w\n\n\r\n")
+    assert load_corpus(str(path), carve=False)["train"]["src"] == ["a b", "c d"]
+    path = write(tmp_path / "inner.tsv", "a b\tx y\n\nc d\tz w\n")  # inside the text: an error
+    assert error_of(str(path)).startswith(f"{path}:2: expected source<TAB>target")
 
 
 def test_unsupported_file_type_is_an_error(tmp_path: Path) -> None:

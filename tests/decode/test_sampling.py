@@ -178,6 +178,8 @@ def test_forbidden_tokens_are_never_drawn(temperature: float) -> None:
         ({"temperature": -1.0}, "temperature"),
         ({"temperature": math.inf}, "temperature"),
         ({"temperature": math.nan}, "temperature"),
+        ({"temperature": 1e-300}, "temperature"),  # 0 in fp32: the draw was empty, score -inf
+        ({"temperature": 1e300}, "temperature"),
         ({"top_k": 0}, "top-k"),
         ({"top_p": 0.0}, "top-p"),
         ({"top_p": 1.5}, "top-p"),
@@ -193,7 +195,8 @@ def test_bad_settings_are_one_line_errors(settings: dict, message: str) -> None:
 
 
 def test_good_settings_are_accepted() -> None:
-    SamplingConfig(temperature=1e-6, top_k=1, top_p=1.0, epsilon=0.0)
+    SamplingConfig(temperature=1e-4, top_k=1, top_p=1.0, epsilon=0.0)
+    SamplingConfig(temperature=1e4)
     SamplingConfig(temperature=100.0, top_k=50, top_p=1e-3, epsilon=0.999)
 
 

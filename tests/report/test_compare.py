@@ -144,6 +144,8 @@ def test_bad_arguments_fail_in_one_line_before_any_work(two_runs, tmp_path):
         compare([two_runs[0], two_runs[0]])
     with pytest.raises(TformerError, match=r"use a \.svg, \.html or \.png"):
         compare(two_runs, save=tmp_path / "x.jpg")
+    with pytest.raises(TformerError, match="--x foo: use updates or time"):
+        compare(two_runs, x="foo")  # with or without --save
     with pytest.raises(TformerError, match="no run folder"):
         compare([two_runs[0], tmp_path / "missing"])
     broken = tmp_path / "broken"

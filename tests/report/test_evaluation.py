@@ -238,8 +238,9 @@ def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_
     assert len(hyp_path.read_text().splitlines()) == 3
     for number in (fmt(data["beam"]["bleu"]), pct(data["tf"]["acc"]), fmt(data["tf"]["ppl"])):
         assert number in result.stdout
-    for section in ("1-2.", "1.", "3.", "4.", "5.", "6.", "Caveat", "sample:", "time:"):
+    for section in ("1. Teacher", "2. Free", "3.", "4.", "5.", "6.", "Caveat", "sample:", "time:"):
         assert section in result.stdout
+    assert result.stdout.index("1. Teacher") < result.stdout.index("2. Free")  # as numbered
 
 
 def test_eval_report_names_the_precision_in_effect(tmp_path, corpus_run):

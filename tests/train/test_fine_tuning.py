@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import torch
 from typer.testing import CliRunner
 
@@ -55,6 +58,15 @@ def test_init_from_takes_the_runs_model_and_refuses_a_contradicting_option(
     (tmp_path / "broken").mkdir()
     result = runner.invoke(app, [*args, "--init-from", str(tmp_path / "broken")])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    mismatched = tmp_path / "mismatched"  # its model.pt no longer fits its config.json
+    shutil.copytree(source, mismatched)
+    raw = json.loads((mismatched / "config.json").read_text())
+    raw["model"]["d_ff"] *= 2
+    (mismatched / "config.json").write_text(json.dumps(raw))
+    result = runner.invoke(app, [*args, "--init-from", str(mismatched)])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "model.pt does not match config.json: size mismatch" in result.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     ok = runner.invoke(
         app, [*args, "--init-from", str(source), "--max-steps", "2", "--name", "tuned"]

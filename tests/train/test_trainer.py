@@ -213,6 +213,9 @@ def test_new_run_dir_refuses_to_overwrite_a_trained_run(tmp_path):
     for name in ("../escape", "a/b", "..", ""):
         with pytest.raises(TformerError, match="plain folder name"):
             new_run_dir(tmp_path, name, "toy")
+    for name in (".cache", ".hidden"):  # runs/.cache holds the data cache; tformer runs skips dots
+        with pytest.raises(TformerError, match="must not start with a dot"):
+            new_run_dir(tmp_path, name, "toy")
 
 
 def test_first_ctrl_c_only_sets_the_stop_flag_and_a_second_one_aborts():
@@ -259,10 +262,15 @@ def test_resume_past_its_limit_makes_no_update(tmp_path, tiny_corpus, single_thr
     files = {
         name: (run_dir / name).read_bytes() for name in ("last.pt", "log.jsonl", "config.json")
     }
-    _, result = run(run_dir, tiny_corpus, resume=True, max_steps=4, valid_every=100)
+    console = quiet_console()  # a later --epochs does not lift the --max-steps that stopped it
+    cfg = train_cfg(tiny_corpus, max_steps=4, max_epochs=50, valid_every=100)
+    result = Trainer(run_dir, MODEL, cfg, resume=True, console=console).run(quiet=True)
     assert result.state.step == 8 and "max-steps 4" in result.stopped_by
     assert result.test_bleu is None
     assert {name: (run_dir / name).read_bytes() for name in files} == files
+    said = " ".join(console.file.getvalue().split())
+    assert "(reached --max-steps 4, which still applies): nothing to do" in said
+    assert "--max-steps (0: no limit) trains on" in said
     log = (run_dir / "log.jsonl").read_text().splitlines()
     (run_dir / "log.jsonl").write_text("\n".join(log[:-1]) + "\n")  # killed before the test
     _, result = run(run_dir, tiny_corpus, resume=True, max_steps=4, valid_every=100)
@@ -350,6 +358,7 @@ def test_resume_of_a_folder_without_last_pt_starts_from_step_zero(
     straight, _ = run(tmp_path / "straight", tiny_corpus, max_steps=12, valid_every=100)
     run(tmp_path / "split", tiny_corpus, max_steps=4, valid_every=100)
     (tmp_path / "split" / "last.pt").unlink()
+    (tmp_path / "split" / "model.pt").unlink()
     console = quiet_console()
     cfg = train_cfg(tiny_corpus, max_steps=12, valid_every=100)
     resumed = Trainer(tmp_path / "split", MODEL, cfg, resume=True, console=console)
@@ -363,6 +372,20 @@ def test_resume_of_a_folder_without_last_pt_starts_from_step_zero(
         load_state(tmp_path / "split" / "last.pt")["model"],
     )
     assert resumed.state.step == straight.state.step == 12
+
+
+def test_resume_of_a_trained_run_without_last_pt_is_refused_leaving_it_whole(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    """A trained run whose last.pt was deleted (to save space) cannot resume: starting over
+    would overwrite its model.pt and log; the error points to --init-from instead."""
+    run_dir = tmp_path / "run"
+    run(run_dir, tiny_corpus, max_steps=4, valid_every=2)
+    (run_dir / "last.pt").unlink()
+    kept = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    with pytest.raises(TformerError, match=r"no last.pt .* cannot be resumed.*--init-from"):
+        run(run_dir, tiny_corpus, resume=True, max_steps=8, valid_every=2)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == kept
 
 
 def test_resume_drops_log_records_past_the_saved_step(

@@ -169,7 +169,8 @@ def corpus_fingerprint(ds: DatasetDict) -> str:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators)."""
+    """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators),
+    without the blank lines after the last text."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -182,12 +183,12 @@ def _read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
-    if not text:
-        raise TformerError(f"{path}: empty file")
-    lines = text.split("\n")
-    if lines[-1] == "":  # the final newline ends the last line; it does not start a new one
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    while lines and not lines[-1].strip():  # the final newline, and blank lines after the text
         lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    if not lines:
+        raise TformerError(f"{path}: empty file")
+    return lines
 
 
 def _check_text(text: str | None, where: str, side: str) -> None:

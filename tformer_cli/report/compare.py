@@ -29,7 +29,7 @@ from sacrebleu.significance import PairedTest
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
-from tformer_cli.report.curves import check_picture, make_chart, run_series, save_chart
+from tformer_cli.report.curves import check_axis, check_picture, make_chart, run_series, save_chart
 from tformer_cli.report.evaluation import (
     EvalConfig,
     StoredEval,
@@ -438,6 +438,7 @@ def compare_runs(
     (default ``EvalConfig()``: beam 5), so that its stored results are reused."""
     if len(runs) < 2:
         raise TformerError("compare needs at least two runs")
+    check_axis(x)
     check_picture(save)
     log = err or Console(stderr=True)
     paths = [find_run(r, runs_dir) for r in runs]

@@ -151,8 +151,7 @@ def make_chart(
     """One panel per series any run has (in ``SERIES`` order), one line per run in it.
     ``x``: ``updates`` or ``time`` (minutes of training). Points without a time (on the time
     axis) or non-positive on a log axis are left out, and counted in the notes."""
-    if x not in X_AXES:
-        raise TformerError(f"unknown x axis {x!r}: use updates or time")
+    check_axis(x)
     panels, no_time, non_positive = [], 0, 0
     for spec in SERIES:
         lines = []
@@ -557,6 +556,12 @@ def to_png(chart: Chart, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- saving
+def check_axis(x: str) -> None:
+    """Fail before any work on an x axis (``--x``) this module does not draw."""
+    if x not in X_AXES:
+        raise TformerError(f"--x {x}: use updates or time")
+
+
 def check_picture(path: Path | None) -> None:
     """Fail before any work on a ``--save`` name this module cannot write."""
     if path is None:
@@ -663,8 +668,7 @@ def show_run(
 ) -> Chart:
     """``tformer show RUN``: the run's settings, then its curves in the terminal; ``save``
     writes them as .svg, .html (with the settings) or .png. Returns the chart."""
-    if x not in X_AXES:
-        raise TformerError(f"--x {x}: use updates or time")
+    check_axis(x)
     check_picture(save)
     run_dir = find_run(run, runs_dir)
     config = RunConfig.load(run_dir)  # a broken run: its one-line reason

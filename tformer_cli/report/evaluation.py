@@ -691,7 +691,7 @@ def render_report(r: EvalReport) -> Group:
     )
     searches = [x for x in (r.greedy, r.beam) if x is not None]
     quality = table(
-        "1-2. Free running (sacrebleu on detokenized text)",
+        "2. Free running (sacrebleu on detokenized text)",
         ["", *(x.method or ("greedy" if x.beam == 1 else f"beam {x.beam}") for x in searches)],
         [
             ["BLEU", *(fmt(x.bleu) for x in searches)],
@@ -728,8 +728,8 @@ def render_report(r: EvalReport) -> Group:
     )
     return Group(
         head,
-        quality,
         tf,
+        quality,
         gap,
         *render_accumulation(r.accumulation),
         render_prefix_noise(r.prefix_noise),

@@ -102,6 +102,9 @@ def launch(nproc: int, args: list[str], nnodes: str = "1", rdzv_endpoint: str | 
         if not skip and a.split("=", 1)[0] not in LAUNCH_OPTIONS:
             kept.append(a)
         skip = a in LAUNCH_OPTIONS
+    sizes = nnodes.split(":")  # N, or MIN:MAX for an elastic job
+    if len(sizes) > 2 or not all(n.isdigit() and int(n) >= 1 for n in sizes):
+        raise TformerError(f"--nnodes takes a number of machines N or MIN:MAX, not {nnodes!r}")
     if nnodes != "1" and rdzv_endpoint is None:
         raise TformerError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT")
     # torchrun of this interpreter (a `torchrun` on PATH may belong to another Python)

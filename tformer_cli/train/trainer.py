@@ -26,7 +26,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from tformer_cli.checkpoint import (
     average_state_dicts,
     checkpoint_paths,
     load_state,
+    load_weights,
     save_checkpoint,
 )
 from tformer_cli.compile import maybe_compile
@@ -245,6 +246,18 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
     )
 
 
+@contextmanager
+def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
+    """Remove ``run_dir`` again if it is ``made`` here and what writes its first files fails or
+    is interrupted (Ctrl-C while the data is tokenized): no half-made run is left behind."""
+    try:
+        yield
+    except BaseException:
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
 ) -> tuple[Any, dict[str, Split]]:
@@ -295,11 +308,7 @@ def prepare(
                 console.log(
                     f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
                 )
-            if not keep:
-                if not resume:  # leave nothing, as bad data does
-                    tok_path.unlink()
-                    with suppress(OSError):
-                        run_dir.rmdir()
+            if not keep:  # the caller removes the new run folder, as for bad data
                 raise TformerError(
                     f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
                     " on a side (--max-len)"
@@ -366,6 +375,12 @@ class Trainer:
             saved = RunConfig.load(run_dir)
             model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
             cfg = self.cfg
+            if not (run_dir / "last.pt").exists() and (run_dir / "model.pt").exists():
+                raise TformerError(
+                    f"{run_dir} has a model.pt but no last.pt (the optimizer state and progress"
+                    f" a resume needs), so it cannot be resumed; to train its weights on, start"
+                    f" a new run: tformer train --init-from {run_dir} --name NEW"
+                )
         if cfg.max_len > model_cfg.max_positions:
             raise TformerError(
                 f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions}"
@@ -388,9 +403,10 @@ class Trainer:
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         if w.main:  # rank 0 builds the tokenizer and the data cache; the others read them
-            self.tokenizer, self.data = prepare(
-                run_dir, cfg, console, resume, model_cfg.max_positions
-            )
+            with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
+                self.tokenizer, self.data = prepare(
+                    run_dir, cfg, console, resume, model_cfg.max_positions
+                )
         barrier(w)
         if not w.main:
             self.tokenizer, self.data = prepare(
@@ -399,7 +415,7 @@ class Trainer:
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         self.model = Transformer(model_cfg).to(self.device)
         if cfg.init_from is not None and not resume:  # fine-tuning: new optimizer and schedule
-            self.model.load_state_dict(load_state(Path(cfg.init_from) / "model.pt"))
+            load_weights(self.model, Path(cfg.init_from))
             self.console.log(f"weights from {cfg.init_from}/model.pt")
         self.optimizer = make_optimizer(self.model, cfg)
         self.forward = maybe_compile(
@@ -790,9 +806,15 @@ class Trainer:
         cfg, s = self.cfg, self.state
         if self.done:
             reason = self._stop_reason() or ""
+            limit = next((o for o in ("--max-steps", "--epochs") if o in reason), None)
+            later = (
+                f"a later {limit} (0: no limit)" if limit else
+                "a later --max-minutes" if "--max-minutes" in reason else
+                "a larger --patience (0: no early stopping)"
+            )  # fmt: skip
             self.console.log(
-                f"{self.run_dir} already finished at update {s.step} ({reason}): nothing to do;"
-                " a later --max-steps, --epochs or --max-minutes trains on"
+                f"{self.run_dir} already finished at update {s.step} ({reason}, which still"
+                f" applies): nothing to do; {later} trains on"
             )
             return TrainResult(self.run_dir, s, None, reason)
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -953,6 +975,8 @@ def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
         name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
         raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
+    if name.startswith("."):  # hidden, as the data cache (runs/.cache) is: tformer runs skips it
+        raise TformerError(f"--name {name!r} must not start with a dot")
     run_dir = runs_dir / name
     if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
         raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
