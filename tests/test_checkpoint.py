@@ -6,6 +6,7 @@ import dataclasses
 import fractions
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,3 +277,15 @@ def test_a_run_stopped_between_its_tokenizer_and_its_config_says_so(tmp_path, ma
     (run_dir / "tokenizer.json").unlink()
     with pytest.raises(TformerError, match=r"is not a tformer run \(no config.json\)"):
         RunConfig.load(run_dir)
+
+
+def test_resolve_run_takes_a_folder_or_a_name_under_runs(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "done").mkdir(parents=True)
+    assert resolve_run(runs / "done") == runs / "done"
+    assert resolve_run(Path("done"), runs) == runs / "done"  # as translate -m done, from ./
+    with pytest.raises(TformerError, match=r"run folder nope does not exist \(nor .*runs/nope\)"):
+        resolve_run(Path("nope"), runs)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TformerError, match="is a file"):
+        resolve_run(tmp_path / "file", runs)

@@ -480,6 +480,8 @@ def test_a_too_long_line_is_named_by_its_line_number_across_chunks(tmp_path, mak
     result = runner.invoke(app, ["translate", *run_args(run_dir, "--chunk-size", "2")], input=stdin)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "input 5 has 71 tokens; this model reads at most 64" in result.stderr
+    args = ["inspect-attention", "dog " * 70, "-m", str(run_dir), "--device", "cpu", "--no-align"]
+    assert_clean_error(invoke(*args), "the text has 71 tokens; this model reads at most 64")
 
 
 def test_output_file_appears_whole_at_the_end_or_not_at_all(tmp_path, make_run):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -257,6 +258,12 @@ def test_bad_attention_requests_get_422_naming_the_field(client, body, message):
     assert r.json()["detail"].startswith(message)
 
 
+def test_a_json_body_sent_as_another_content_type_gets_422_saying_so(client):
+    r = client.post("/translate", content='{"texts": ["red"]}')  # no Content-Type, as curl -d
+    assert r.status_code == 422
+    assert r.json()["detail"] == ("body: send JSON with Content-Type: application/json (not none)")
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -319,6 +326,18 @@ def test_serve_without_the_extra_says_how_to_install_it(run_dir, monkeypatch):
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "pip install 'tformer[serve]'" in lines[0]
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "-m", str(tmp_path / "nowhere"), "--port", str(port)]
+        result = CliRunner().invoke(cli_app, args)
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]
 
 
 def test_requests_without_alpha_take_the_runs_beam_alpha(run):

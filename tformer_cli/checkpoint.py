@@ -185,15 +185,19 @@ def latest_run(runs_dir: Path = RUNS_DIR) -> Path:
     return max(runs, key=lambda p: (p / "model.pt").stat().st_mtime)
 
 
-def resolve_run(model: Path | None) -> Path:
-    """The run folder a command should use: ``--model`` if given, else the newest run."""
+def resolve_run(model: Path | None, runs_dir: Path = RUNS_DIR) -> Path:
+    """The run folder a command should use: ``model``, a folder or a name under ``runs_dir``;
+    without it, the newest run."""
     if model is None:
         return latest_run()
-    if model.exists() and not model.is_dir():
-        raise TformerError(f"{model} is a file; --model takes a run folder (runs/NAME)")
-    if not model.is_dir():
-        raise TformerError(f"run folder {model} does not exist")
-    return model
+    if model.is_dir():
+        return model
+    if model.exists():
+        raise TformerError(f"{model} is a file; give a run folder (runs/NAME)")
+    if len(model.parts) == 1 and (runs_dir / model).is_dir():
+        return runs_dir / model
+    nor = f" (nor {runs_dir / model})" if len(model.parts) == 1 else ""
+    raise TformerError(f"run folder {model} does not exist{nor}: see tformer runs")
 
 
 @dataclass

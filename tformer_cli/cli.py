@@ -937,11 +937,11 @@ def compare_command(
     A run's stored tformer eval result is reused when it is current (same model.pt bytes, data
     and settings); otherwise the run is evaluated now and the result kept.
     """
+    from tformer_cli.checkpoint import resolve_run
     from tformer_cli.report.compare import compare_runs
     from tformer_cli.report.evaluation import EvalConfig
-    from tformer_cli.report.runs import find_run
 
-    alpha = run_alpha(alpha, [find_run(runs[0])])
+    alpha = run_alpha(alpha, [resolve_run(runs[0])])
     compare_runs(
         runs, out, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
         cfg=EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed), device=device,

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import queue
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -291,11 +292,14 @@ def create_app(
     app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
-    async def one_line_422(_: Request, e: RequestValidationError) -> JSONResponse:
+    async def one_line_422(request: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0]
+        sent = request.headers.get("content-type", "none")
         if first["type"] == "json_invalid":  # loc: ("body", character offset)
             reason = first.get("ctx", {}).get("error", "")
             detail = f"body: invalid JSON at character {first['loc'][-1]} ({reason})"
+        elif tuple(first["loc"]) == ("body",) and "json" not in sent:  # FastAPI read no JSON
+            detail = f"body: send JSON with Content-Type: application/json (not {sent})"
         else:
             detail = f"{field_name(tuple(first['loc']))}: {first['msg']}"
         return JSONResponse({"detail": detail}, status_code=422)
@@ -371,6 +375,7 @@ def serve(
     quiet: bool = False,
 ) -> None:
     """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C."""
+    sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
     run = load_run(model_dir, device, precision)
     app = create_app(run, limits, max_tokens, wait_ms)
     if not quiet:
@@ -380,4 +385,24 @@ def serve(
             markup=False,
             highlight=False,
         )
-    uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info")
+    config = uvicorn.Config(app, log_level="warning" if quiet else "info")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, as uvicorn would bind it; a one-line error if the
+    address is in use or not this machine's."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise TformerError(f"--host {host}: {e.strerror or e}") from None
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: past TIME_WAIT
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise TformerError(
+            f"cannot listen on {host}:{port} ({e.strerror}): another --port, or stop what uses it"
+        ) from None
+    return sock

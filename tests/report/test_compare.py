@@ -146,7 +146,7 @@ def test_bad_arguments_fail_in_one_line_before_any_work(two_runs, tmp_path):
         compare(two_runs, save=tmp_path / "x.jpg")
     with pytest.raises(TformerError, match="--x foo: use updates or time"):
         compare(two_runs, x="foo")  # with or without --save
-    with pytest.raises(TformerError, match="no run folder"):
+    with pytest.raises(TformerError, match="does not exist"):
         compare([two_runs[0], tmp_path / "missing"])
     broken = tmp_path / "broken"
     shutil.copytree(two_runs[1], broken)

@@ -185,7 +185,7 @@ def test_show_fails_in_one_line_on_a_broken_run_or_a_bad_file_name(logged_run, t
     (logged_run / "config.json").write_text("{")
     with pytest.raises(TformerError, match=r"config\.json is corrupt"):
         show(logged_run)
-    with pytest.raises(TformerError, match="no run folder"):
+    with pytest.raises(TformerError, match="does not exist"):
         show(tmp_path / "missing")
 
 

@@ -29,7 +29,6 @@ from tformer_cli.report.evaluation import (
 )
 from tformer_cli.report.runs import (
     collect_run,
-    find_run,
     hold_run_lock,
     is_running,
     list_runs,
@@ -142,6 +141,13 @@ def test_a_run_without_last_pt_resumes_from_step_0(runs_dir, make_run):
     assert info.updates == 0
 
 
+def test_a_killed_run_whose_last_pt_is_gone_says_to_train_on_from_its_weights(interrupted):
+    (interrupted / "last.pt").unlink()  # model.pt stays: --resume would refuse it
+    info = collect_run(interrupted)
+    assert info.state == "interrupted" and info.resume is None
+    assert f"last.pt gone (train on: tformer train --init-from {interrupted})" in info.detail
+
+
 def test_a_run_holding_the_lock_is_running_and_only_while_it_holds_it(interrupted):
     assert not is_running(interrupted)
     with hold_run_lock(interrupted):
@@ -194,6 +200,8 @@ def test_a_running_run_before_its_config_is_written_is_running(runs_dir):
         ("bad line inside the log", "log.jsonl line 2 is not a JSON object"),
         ("finished without model.pt", "finished, but model.pt is missing"),
         ("truncated model.pt", "model.pt is corrupt"),
+        ("no tokenizer", "tokenizer.json: no such tokenizer file"),
+        ("tokenizer not JSON", "tokenizer.json: not a valid tokenizer file"),
     ],
 )
 def test_a_broken_folder_is_a_row_saying_why(finished, breakage, reason):
@@ -205,6 +213,10 @@ def test_a_broken_folder_is_a_row_saying_why(finished, breakage, reason):
         (finished / "log.jsonl").write_bytes(b'{"step": 1}\n\xff\xfe\n')
     elif breakage == "bad line inside the log":
         (finished / "log.jsonl").write_text('{"step": 1}\n[1, 2]\n{"step": 2}\n', encoding="utf-8")
+    elif breakage == "no tokenizer":
+        (finished / "tokenizer.json").unlink()
+    elif breakage == "tokenizer not JSON":
+        (finished / "tokenizer.json").write_text("garbage", encoding="utf-8")
     elif breakage == "truncated model.pt":
         whole = (finished / "model.pt").read_bytes()
         (finished / "model.pt").write_bytes(whole[: len(whole) // 2])
@@ -271,16 +283,6 @@ def test_test_bleu_comes_from_a_current_stored_eval(finished):
     (finished / "model.pt").write_bytes(b"other weights")  # the stored result is stale now
     info = collect_run(finished)
     assert (info.test_bleu, info.test_bleu_from, info.test_beam_bleu) == (12.5, "train", None)
-
-
-def test_find_run_takes_a_folder_or_a_name_under_runs(finished, runs_dir, tmp_path):
-    assert find_run(finished) == finished
-    assert find_run(Path("done"), runs_dir) == runs_dir / "done"
-    with pytest.raises(TformerError, match="no run folder nope"):
-        find_run(Path("nope"), runs_dir)
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(TformerError, match="is a file"):
-        find_run(tmp_path / "file", runs_dir)
 
 
 def test_config_with_other_settings_still_collects(runs_dir, make_run):

@@ -26,7 +26,7 @@ from rich.text import Text
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolve_run
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_axis, check_picture, make_chart, run_series, save_chart
@@ -37,7 +37,7 @@ from tformer_cli.report.evaluation import (
     evaluate_run,
     load_stored_eval,
 )
-from tformer_cli.report.runs import find_run, read_log
+from tformer_cli.report.runs import read_log
 
 ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
 N_BOOTSTRAP = 1000  # sacrebleu's defaults
@@ -441,7 +441,7 @@ def compare_runs(
     check_axis(x)
     check_picture(save)
     log = err or Console(stderr=True)
-    paths = [find_run(r, runs_dir) for r in runs]
+    paths = [resolve_run(r, runs_dir) for r in runs]
     if len({p.resolve() for p in paths}) < len(paths):
         raise TformerError("a run is named twice: compare different runs")
     for path in paths:  # each readable before any is evaluated (minutes each)

@@ -27,10 +27,10 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig, resolve_run
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
-from tformer_cli.report.runs import RunInfo, collect_run, find_run, read_log
+from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
 X_AXES = ("updates", "time")
 PICTURES = (".svg", ".html", ".htm", ".png")
@@ -670,7 +670,7 @@ def show_run(
     writes them as .svg, .html (with the settings) or .png. Returns the chart."""
     check_axis(x)
     check_picture(save)
-    run_dir = find_run(run, runs_dir)
+    run_dir = resolve_run(run, runs_dir)
     config = RunConfig.load(run_dir)  # a broken run: its one-line reason
     records = read_log(run_dir)
     info = collect_run(run_dir)

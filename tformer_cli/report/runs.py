@@ -14,7 +14,8 @@ States, in the order they are decided:
 - ``broken``: no readable ``config.json``, or a ``log.jsonl`` that cannot be read (not UTF-8, a
   line that is not a JSON object before the last one; a half-written last line is what a kill
   leaves, and is ignored as ``--resume`` ignores it), a ``model.pt`` that is not a whole zip
-  archive (truncated, empty, foreign), or finished without ``model.pt``.
+  archive (truncated, empty, foreign), a missing or unreadable ``tokenizer.json``, or finished
+  without ``model.pt``.
 - ``finished``: the log's last records after training say it stopped by a stopping rule
   (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
@@ -44,6 +45,7 @@ from torch.overrides import TorchFunctionMode
 
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig
 from tformer_cli.config import ModelConfig
+from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import StoredEval, file_sha256, stored_evals
@@ -383,11 +385,18 @@ def collect_run(run_dir: Path) -> RunInfo:
         return RunInfo(
             state="broken", detail="model.pt is corrupt (not a whole checkpoint)", **info
         )
+    try:  # what translate and eval read beside model.pt
+        load_tokenizer(run_dir / "tokenizer.json")
+    except TformerError as e:
+        return RunInfo(state="broken", detail=str(e).replace(f"{run_dir}/", ""), **info)
     if finished and has_model:
         return RunInfo(state="finished", detail=str(end.get("stopped_by") or "finished"), **info)
     if finished:
         return RunInfo(state="broken", detail="finished, but model.pt is missing", **info)
     how = "Ctrl-C" if str(end.get("stopped_by", "")).startswith("interrupted") else "killed"
+    if not (run_dir / "last.pt").is_file() and has_model:  # --resume would refuse: no progress
+        how += f", last.pt gone (train on: tformer train --init-from {run_dir})"
+        return RunInfo(state="interrupted", detail=how, **info)
     if not (run_dir / "last.pt").is_file():
         how += " before its first save (resumes from step 0)"
     return RunInfo(
@@ -419,17 +428,6 @@ def collect_or_say_why(run_dir: Path) -> RunInfo:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         reason = f"cannot be read ({type(e).__name__}: {e})"
         return RunInfo(run_dir.name, str(run_dir), "broken", reason, None, 0.0)
-
-
-def find_run(run: Path, runs_dir: Path = RUNS_DIR) -> Path:
-    """A run given as a folder, or as a name under ``runs_dir``."""
-    if run.is_dir():
-        return run
-    if run.exists():
-        raise TformerError(f"{run} is a file; give a run folder (runs/NAME)")
-    if len(run.parts) == 1 and (runs_dir / run).is_dir():
-        return runs_dir / run
-    raise TformerError(f"no run folder {run} (nor {runs_dir / run}): see tformer runs")
 
 
 # ---------------------------------------------------------------------------- rendering

@@ -177,8 +177,10 @@ def inspect_attention(
     if not src_ids:
         raise TformerError("nothing to translate: the text is empty")
     if len(src_ids) + 1 > model.cfg.max_positions:
-        raise TformerError(f"the text has {len(src_ids)} tokens; the model takes at most "
-                           f"{model.cfg.max_positions - 1}")  # fmt: skip
+        raise TformerError(  # counted with </s>, as translate and serve count
+            f"the text has {len(src_ids) + 1} tokens; this model reads at most"
+            f" {model.cfg.max_positions}"
+        )
     with inference(run.device, run.dtype):
         src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
         cfg = DecodeConfig(beam=beam, alpha=run.config.train.beam_alpha)  # the run's penalty
