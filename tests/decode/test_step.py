@@ -129,11 +129,14 @@ def test_int8_weights_translate_like_fp32_on_a_trained_model(trained_model):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_cuda_graphs_give_the_eager_tokens_and_scores(trained_model, beam, dtype):
+def test_cuda_graphs_give_the_eager_tokens_and_scores(trained_model, beam, dtype, monkeypatch):
     """Graph replays (rows bucketed and shrinking as sentences finish, beam reorders inside the
     graph, buffers kept across batches) against the eager step on the same GPU."""
     from tformer_cli.device import inference
 
+    # fp32 as fp32: TF32, on once any test of the process ran setup_threads, rounds the bucketed
+    # graphs' kernels and the eager ones differently (scores 1.2e-3 apart on an H100)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     model = copy.deepcopy(trained_model).cuda()
     cfg = DecodeConfig(beam=beam, nbest=beam)
     for seed in (11, 12):  # the second batch replays the first one's graphs
