@@ -17,7 +17,7 @@ from tests.report.test_curves import synthetic_log
 from tformer_cli.checkpoint import RunConfig, atomic_torch_save
 from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.report.compare import compare_runs, paired_tests
+from tformer_cli.report.compare import compare_runs, paired_tests, render_comparison
 from tformer_cli.report.evaluation import EVALS, EvalConfig
 
 CFG = EvalConfig(DecodeConfig(beam=2))
@@ -74,13 +74,19 @@ def test_compare_gives_sacrebleus_own_paired_test_numbers(two_runs):
     greedy_bleu = next(m for m in result.metrics if m.label == "BLEU greedy")
     assert greedy_bleu.values == [a.report["greedy"]["bleu"], b.report["greedy"]["bleu"]]
     assert greedy_bleu.diffs[1] == pytest.approx(greedy_bleu.values[1] - greedy_bleu.values[0])
-    for text in ("BLEU beam 2", "tf_acc", "excess_error", "decay_ratio", "p bootstrap",
+    for text in ("BLEU beam 2", "tf_acc", "excess_error", "decay_ratio", "p (bs)",
                  "evaluated now"):  # fmt: skip
         assert text in out, text
 
 
 def test_a_current_stored_result_is_reused_and_a_stale_one_is_not(two_runs, make_run, tmp_path):
     first, _ = compare(two_runs)
+    narrow = Console(file=io.StringIO(), width=80, color_system=None)
+    narrow.print(render_comparison(first))  # each test on one line of an 80-column terminal
+    lines = narrow.file.getvalue().splitlines()
+    (row,) = [line for line in lines if line.startswith("│ BLEU greedy │ seed1 │")]
+    test = next(t for t in first.tests if (t.metric, t.search) == ("BLEU", "greedy"))
+    assert f"{test.p_bootstrap:.4f} │ {test.p_ar:.4f}" in row and len(row) <= 80
     again, out = compare(two_runs, as_json=True, save=tmp_path / "both.svg")
     assert [s.reused for s in again.runs] == [True, True]
     assert again.tests == first.tests and again.metrics == first.metrics

@@ -320,29 +320,30 @@ def render_comparison(c: Comparison) -> Group:
         numbers.add_row(*cells)
     tests = Table(title="Is the difference significant? (sacrebleu paired tests)",
                   title_justify="left")  # fmt: skip
-    for name in ("metric", "search", "run", f"{names[0]} (baseline)", "run's score", "difference",
-                 f"p bootstrap (n={c.n_bootstrap})", f"p approx. rand. (n={c.n_ar})",
-                 f"significant (p < {ALPHA:g})"):  # fmt: skip
-        tests.add_column(name, justify="left" if name in ("metric", "search", "run") else "right")
+    for name in ("metric", "run", "baseline", "score", "diff", "p (bs)", "p (ar)", "sig."):
+        left = name in ("metric", "run")
+        tests.add_column(name, justify="left" if left else "right", overflow="fold")
     for t in c.tests:
         verdict = {
-            (True, True): Text("yes (both tests)", style="green"),
+            (True, True): Text("both", style="green"),
             (False, False): Text("no", style="dim"),
         }.get(
             (t.significant_bootstrap, t.significant_ar),
-            Text("bootstrap only" if t.significant_bootstrap else "AR only", style="yellow"),
+            Text("bs only" if t.significant_bootstrap else "ar only", style="yellow"),
         )
         tests.add_row(
-            t.metric, t.search, t.system, f"{t.baseline_score:.2f}", f"{t.score:.2f}",
+            f"{t.metric} {t.search}", t.system, f"{t.baseline_score:.2f}", f"{t.score:.2f}",
             f"{t.diff:+.2f}", p_text(t.p_bootstrap), p_text(t.p_ar), verdict,
         )  # fmt: skip
     caption = Text(
-        "p: the chance of a difference at least this large if both runs were equally good"
-        " (paired over the same sentences). Bootstrap: Koehn (2004) as in Moses/sacrebleu;"
-        " approximate randomization: Riezler & Maxwell (2005), sacrebleu's default test."
-        " A zero difference is never significant (sacrebleu then reports its smallest p)."
-        " Few sentences give wide intervals: a difference that is not significant may still"
-        " be real.\n" + "\n".join(f"{k}: {v}" for k, v in sorted(c.signatures.items())),
+        f"baseline: {names[0]}'s score. p: the chance of a difference at least this large if"
+        " both runs were equally good (paired over the same sentences); bs: paired bootstrap"
+        f" resampling (n={c.n_bootstrap}), Koehn (2004) as in Moses/sacrebleu; ar: approximate"
+        f" randomization (n={c.n_ar}), Riezler & Maxwell (2005), sacrebleu's default test."
+        f" sig.: p < {ALPHA:g} in both tests, in one only, or in neither (no). A zero difference"
+        " is never significant (sacrebleu then reports its smallest p). Few sentences give wide"
+        " intervals: a difference that is not significant may still be real.\n"
+        + "\n".join(f"{k}: {v}" for k, v in sorted(c.signatures.items())),
         style="dim",
     )
     return Group(head, source, Text(""), numbers, Text(""), tests, caption)
