@@ -429,6 +429,8 @@ TRANSLATE_BAD = {
     "nbest-huge": (["--sample", "--nbest", "99999999999999999999"], 2, "--nbest"),
     "mbr-huge": (["--mbr", "99999999999999999999"], 2, "--mbr"),
     "seed-huge": (["--sample", "--seed", "99999999999999999999"], 2, "--seed"),
+    "greedy-and-sample": (["--greedy", "--sample"], 2, "--greedy"),
+    "greedy-and-mbr": (["--greedy", "--mbr", "4"], 2, "--greedy"),
     "temperature-1e-300": (["--sample", "--temperature", "1e-300"], 1, "temperature"),
     "temperature-1e300": (["--sample", "--temperature", "1e300"], 1, "temperature"),
 }

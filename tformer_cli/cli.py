@@ -26,7 +26,7 @@ from tformer_cli.config import (
     from_dict,
     load_recipe,
 )
-from tformer_cli.console import make_progress
+from tformer_cli.console import StopOnClosedPipe, make_progress
 from tformer_cli.errors import TformerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -419,7 +419,7 @@ def train(
     """
     from tformer_cli.checkpoint import RunConfig
     from tformer_cli.data.corpus import kept_data
-    from tformer_cli.train.distributed import launch
+    from tformer_cli.train.distributed import LAUNCHED, launch
     from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
 
     if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
@@ -442,7 +442,7 @@ def train(
         for field in fields:
             if option in given or field not in tables[table]:
                 tables[table][field] = str(value) if isinstance(value, Path) else value
-    log = Console(stderr=True, quiet=quiet, log_path=False)
+    log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules and --device win
         saved = RunConfig.load(resume)  # without last.pt the run starts over, with a message
         stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in RESUME_OVERRIDES}
@@ -479,17 +479,20 @@ def train(
         result = trainer.run(quiet=quiet)
     finally:
         trainer.close()
+    # a stop after a Ctrl-C: exit 130 as an interrupted program does (so that `&&` stops here);
+    # the workers of `--nproc` exit 0, since their launcher says 130 and torchrun stays quiet
+    stopped = 0 if os.environ.get(LAUNCHED) else 130
     if not trainer.world.main:  # under torchrun rank 0 alone reports
-        raise typer.Exit(130 if result.interrupted else 0)
+        raise typer.Exit(stopped if result.interrupted else 0)
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
     out.print(f"run: {result.run_dir}", markup=False)
-    if result.interrupted:  # exit as an interrupted program does, so that `&&` stops here
+    if result.interrupted:
         hint = f"interrupted: continue with tformer train --resume {result.run_dir}"
         if not (result.run_dir / "model.pt").exists():
             hint += " (no model.pt yet: translate and eval use the newest run that has one)"
         err.print(hint, markup=False)
-        raise typer.Exit(130)
+        raise typer.Exit(stopped)
 
 
 # ---------------------------------------------------------------------------- average
@@ -667,6 +670,8 @@ def translate(
     )
     from tformer_cli.device import oom_hint
 
+    if greedy and (sample or mbr):
+        raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
     k = 1 if greedy else beam
     if nbest > k and not (sample or mbr):
         raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,26 @@ def test_two_gloo_processes_train_as_one_killed_and_resumed_under_another_n(
     one_process(killed, killed, 16, resume=True)  # another N: one process goes on
     one_process(alone, alone, 16, resume=True)
     close_weights(load_state(alone / "last.pt")["model"], load_state(killed / "last.pt")["model"])
+
+
+def test_ctrl_c_of_a_two_process_run_saves_and_exits_130_without_torchruns_traceback(
+    tmp_path, tiny_corpus
+):
+    """A terminal's Ctrl-C reaches `tformer train --nproc 2` alone (torchrun runs in a session
+    of its own); it passes the signal to the workers, which save and stop: exit 130, as one
+    process, and none of torchrun's SignalException traceback."""
+    cmd = [sys.executable, "-m", "tformer_cli", "train", "--data", str(tiny_corpus),
+           "--runs-dir", str(tmp_path), "--name", "cut", *TRAIN_ARGS, "--max-steps", "100000",
+           "--valid-every", "100000", "--nproc", "2"]  # fmt: skip
+    launcher = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    log = tmp_path / "cut" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)  # training has begun: its first log record (update 25)
+    launcher.send_signal(signal.SIGINT)
+    _, stderr = launcher.communicate(timeout=120)
+    assert launcher.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "SignalException" not in stderr
+    assert "interrupted: continue with tformer train --resume" in stderr
+    assert load_state(tmp_path / "cut" / "last.pt")["state"]["step"] >= 25

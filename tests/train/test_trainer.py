@@ -388,6 +388,31 @@ def test_resume_of_a_trained_run_without_last_pt_is_refused_leaving_it_whole(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == kept
 
 
+def test_resume_of_a_run_another_process_trains_says_only_that(
+    tmp_path, tiny_corpus, single_thread_trainer
+):
+    run_dir = tmp_path / "run"
+    run(run_dir, tiny_corpus, max_steps=4, valid_every=100)
+    for name in ("last.pt", "model.pt"):  # as before its first save: resume would start over
+        (run_dir / name).unlink()
+    holder = subprocess.Popen(  # another trainer: a process holding the run's lock
+        [sys.executable, "-c",
+         "import time\nfrom pathlib import Path\nfrom tformer_cli.report.runs import lock_run\n"
+         f"lock = lock_run(Path({str(run_dir)!r}))\nprint('locked', flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        console = quiet_console()
+        cfg = train_cfg(tiny_corpus, max_steps=8, valid_every=100)
+        with pytest.raises(TformerError, match="being trained by another process"):
+            Trainer(run_dir, MODEL, cfg, resume=True, console=console)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "no last.pt" not in console.file.getvalue()  # nothing said before the refusal
+
+
 def test_resume_drops_log_records_past_the_saved_step(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):

@@ -631,7 +631,7 @@ def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
         )
     progress = f"{info.updates or 0:,} updates"
     if info.epochs:
-        progress += f", {info.epochs} epochs"
+        progress += f", {info.epochs} epoch{'' if info.epochs == 1 else 's'}"
     if info.best_valid_bleu is not None:
         progress += f"; best valid BLEU {info.best_valid_bleu:.2f} at step {info.best_step}"
     rows.append(("progress", progress))

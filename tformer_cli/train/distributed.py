@@ -11,16 +11,19 @@ rate is per update, so it needs no change with N.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from tformer_cli.device import allowed_cpus
 from tformer_cli.errors import TformerError
 
 
@@ -115,12 +118,40 @@ def launch(nproc: int, args: list[str], nnodes: str = "1", rdzv_endpoint: str | 
     else:
         command += ["--standalone"]
     command += ["-m", "tformer_cli", "train", *kept]
-    # Ctrl-C reaches torchrun and its workers too (one process group): this process waits
-    # for them to save and stop, rather than dying first and killing torchrun on its way out.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # torchrun in a session of its own: a Ctrl-C or SIGTERM reaches this process alone, which
+    # passes it on to the workers; they save, stop and exit 0 (LAUNCHED, see `tformer train`),
+    # so torchrun ends quietly rather than printing its own signal's traceback.
+    env = {**os.environ, LAUNCHED: "1"}
+    # set here, torchrun prints no banner about it (each worker sets its own share of the cores)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(allowed_cpus()) // nproc)))
     try:
-        return subprocess.call(command)
+        torchrun = subprocess.Popen(command, env=env, start_new_session=True)
     except OSError as e:
         raise TformerError(f"cannot start torchrun: {e.strerror or e}") from None
+    stopped: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        for pid in children(torchrun.pid) or [-torchrun.pid]:  # else its whole group
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = torchrun.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 130 if stopped and code == 0 else code
+
+
+LAUNCHED = "TFORMER_LAUNCHED"  # set for the workers of `tformer train --nproc`
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux's /proc; none elsewhere): torchrun's workers."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in task.read_text().split()]
+    return found

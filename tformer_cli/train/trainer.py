@@ -427,13 +427,13 @@ class Trainer:
         self.ss_generator = torch.Generator(self.device)
         if resume and (run_dir / "last.pt").exists():
             self._load_last()
-        elif resume:
-            self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
-                             " starting from step 0 with its saved settings")  # fmt: skip
         # a finished run resumed with no later stopping rule: nothing to do, nothing rewritten
         self.done = resume and self._stop_reason() is not None and self._ended_with_test()
         if w.main:
             self.run_lock = lock_run(run_dir)  # `tformer runs`: running while this process lives
+            if resume and not (run_dir / "last.pt").exists():  # said once the run is ours
+                self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
+                                 " starting from step 0 with its saved settings")  # fmt: skip
             if not self.done:
                 RunConfig(model_cfg, cfg).save(run_dir)
             if resume and not self.done:
