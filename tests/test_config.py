@@ -103,6 +103,17 @@ def test_train_config_refuses_non_positive_counts(field):
         TrainConfig(**{field: 0})
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"seed": -1}, "--seed must be in"), ({"seed": 2**63}, "--seed must be in"),
+     ({"vocab_size": 1_000_001}, "--vocab-size must be at most 1,000,000")],
+)  # fmt: skip
+def test_train_config_refuses_what_a_recipe_may_hold_past_the_cli_bounds(settings, message):
+    with pytest.raises(TformerError, match=message):
+        TrainConfig(**settings)
+    TrainConfig(seed=2**63 - 1, vocab_size=1_000_000)  # the bounds themselves are fine
+
+
 @pytest.mark.parametrize("average", [-1, 1])
 def test_train_config_refuses_averaging_fewer_than_two_checkpoints(average):
     with pytest.raises(TformerError, match="--average"):

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from tformer_cli import __version__
 from tformer_cli.config import (
+    MAX_SEED,
     MAX_VOCAB,
     DecodeConfig,
     ModelConfig,
@@ -48,7 +49,6 @@ app.add_typer(tokenizer_app, name="tokenizer")
 # Upper bounds of options that size memory or seed a generator: past them, a one-line error
 # rather than torch's overflow or allocation traceback.
 MAX_BEAM, MAX_HYPOTHESES = 256, 1024
-MAX_SEED = 2**63 - 1
 
 err = Console(stderr=True, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -444,7 +444,7 @@ def train(
                 tables[table][field] = str(value) if isinstance(value, Path) else value
     log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules and --device win
-        saved = RunConfig.load(resume)  # without last.pt the run starts over, with a message
+        saved = RunConfig.load(resume)  # before its first save it starts over (see Trainer)
         stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in RESUME_OVERRIDES}
         ignored = sorted(
             {o for o in (*given, "preset", "name", "runs_dir") if is_given(o)} - set(stops)

@@ -56,6 +56,7 @@ class ModelConfig:
 
 DECAYS = ("auto", "rsqrt", "linear", "cosine")
 MAX_VOCAB = 1_000_000  # subword types: past this, tokenizer training runs out of memory first
+MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed takes it everywhere
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class TrainConfig:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
         if self.vocab_size > MAX_VOCAB:
             raise TformerError(f"--vocab-size must be at most {MAX_VOCAB:,}, not {self.vocab_size}")
-        if not 0 <= self.seed < 2**63:
+        if not 0 <= self.seed <= MAX_SEED:
             raise TformerError(f"--seed must be in [0, 2^63), not {self.seed}")
         for name in (
             "max_steps",
