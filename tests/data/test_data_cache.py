@@ -26,7 +26,9 @@ def cfg(corpus: Path, **overrides) -> TrainConfig:
 def run_prepare(run_dir: Path, config: TrainConfig, resume: bool = False):
     """``prepare()`` with its log lines as one string."""
     log = io.StringIO()
-    tok, splits = prepare(run_dir, config, Console(file=log, width=400), resume, 1024)
+    tok, splits = prepare(
+        run_dir, config, Console(file=log, width=400, log_path=False, soft_wrap=True), resume, 1024
+    )
     return tok, splits, log.getvalue()
 
 

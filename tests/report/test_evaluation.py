@@ -380,7 +380,7 @@ def test_a_run_folder_that_cannot_keep_the_result_gets_a_note(corpus_run, monkey
         raise TformerError(f"cannot write {run_dir}/evals: Read-only file system")
 
     monkeypatch.setattr(evaluation, "keep_eval", refuse)
-    log = Console(file=io.StringIO(), width=200)
+    log = Console(file=io.StringIO(), width=200, log_path=False, soft_wrap=True)
     got: list[StoredEval] = []
     cfg = EvalConfig(DecodeConfig(beam=1))
     report = evaluation.evaluate_run(

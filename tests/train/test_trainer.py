@@ -90,7 +90,9 @@ def train_cfg(corpus, **overrides) -> TrainConfig:
 
 
 def quiet_console() -> Console:
-    return Console(file=io.StringIO(), width=200)
+    """A console that records what the trainer says, as the CLI's does: no log path, no wrap
+    (a wrapped log path made the test depend on the length of pytest's temporary folder)."""
+    return Console(file=io.StringIO(), width=200, log_path=False, soft_wrap=True)
 
 
 def run(run_dir, corpus, resume=False, **overrides):
@@ -297,7 +299,13 @@ def test_validation_pairs_longer_than_the_model_are_skipped_and_said(tmp_path, t
     )
     log = io.StringIO()
     cfg = train_cfg(tiny_corpus, max_len=16)
-    _, splits = prepare(tmp_path / "run", cfg, Console(file=log, width=300), False, 16)
+    _, splits = prepare(
+        tmp_path / "run",
+        cfg,
+        Console(file=log, width=300, log_path=False, soft_wrap=True),
+        False,
+        16,
+    )
     assert len(splits["valid"].src) == 1 and splits["valid"].refs == ["blue red"]
     assert "skipped 1 valid pairs longer than the model's 15 tokens" in log.getvalue()
 
