@@ -826,7 +826,8 @@ def evaluate(
     (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
     from tformer_cli.device import oom_hint
-    from tformer_cli.report.evaluation import EvalConfig, evaluate_run, render_report
+    from tformer_cli.report.eval_run import evaluate_run
+    from tformer_cli.report.evaluation import EvalConfig, render_report
 
     search = search_config(
         beam, run_alpha(alpha, model), sample, (temperature, top_k, top_p, epsilon), mbr,
@@ -889,7 +890,7 @@ def show_command(
     From the run's log.jsonl: train loss, valid loss, perplexity and BLEU, learning rate,
     target tokens/s, and the teacher-forcing probability of scheduled sampling when used.
     """
-    from tformer_cli.report.curves import show_run
+    from tformer_cli.report.show import show_run
 
     show_run(run, out, save=save, x=x, err=err)
 

@@ -8,13 +8,11 @@ import dataclasses
 import io
 import json
 import math
-import shutil
 
 import pytest
 import sacrebleu
 import torch
 from rich.console import Console
-from typer.testing import CliRunner
 
 from tests.conftest import WORDS
 from tests.report.test_exposure import (
@@ -27,27 +25,15 @@ from tests.report.test_exposure import (
     bigram_stub,
     oracle_stub,
 )
-from tformer_cli import device
-from tformer_cli.checkpoint import RunConfig, atomic_torch_save
-from tformer_cli.cli import app
-from tformer_cli.config import DecodeConfig, TrainConfig
+from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID, UNK_ID, decode, train_tokenizer
-from tformer_cli.errors import TformerError
-from tformer_cli.report import evaluation
 from tformer_cli.report.evaluation import (
-    EVALS,
     EvalConfig,
     EvalData,
     EvalReport,
-    StoredEval,
-    eval_request,
     evaluate,
-    file_sha256,
-    load_stored_eval,
-    read_stored_eval,
     render_report,
     report_json,
-    stored_evals,
     teacher_forced,
 )
 from tformer_cli.report.exposure import accumulation, fmt, gold_io, pct, points, tf_argmax_tokens
@@ -207,227 +193,3 @@ def test_teacher_forced_keeps_its_api(tiny_model):
     assert (
         tf.tokens == 6 and 0.0 <= tf.accuracy <= 1.0 and tf.ppl == pytest.approx(math.exp(tf.xent))
     )
-
-
-# ---------------------------------------------------------------------------- the command
-runner = CliRunner()
-
-
-@pytest.fixture
-def corpus_run(tmp_path, make_run, tiny_corpus):
-    """An untrained run whose config says it was trained on ``tiny_corpus`` in fp32."""
-    run_dir, model = make_run(tmp_path / "run")
-    train = TrainConfig(data=str(tiny_corpus), device="cpu", precision="fp32")
-    RunConfig(model.cfg, train).save(run_dir)
-    return run_dir
-
-
-def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_run):
-    json_path, hyp_path = tmp_path / "report.json", tmp_path / "hyps.txt"
-    result = runner.invoke(
-        app,
-        ["eval", "-m", str(corpus_run), "--limit", "3", "--beam", "2", "--json", str(json_path),
-         "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    data = json.loads(json_path.read_text())
-    assert list(data) == [f.name for f in dataclasses.fields(EvalReport)]
-    assert data["source"]["data"] == str(corpus_run.parent / "corpus")  # the run's own data
-    assert data["source"]["precision"] == "fp32" and data["source"]["limit"] == 3
-    assert data["sizes"]["sentences"] == 3 and data["config"]["search"]["beam"] == 2
-    assert len(hyp_path.read_text().splitlines()) == 3
-    for number in (fmt(data["beam"]["bleu"]), pct(data["tf"]["acc"]), fmt(data["tf"]["ppl"])):
-        assert number in result.stdout
-    for section in ("1. Teacher", "2. Free", "3.", "4.", "5.", "6.", "Caveat", "sample:", "time:"):
-        assert section in result.stdout
-    assert result.stdout.index("1. Teacher") < result.stdout.index("2. Free")  # as numbered
-
-
-def test_eval_report_names_the_precision_in_effect(tmp_path, corpus_run):
-    json_path = tmp_path / "report.json"
-    result = runner.invoke(
-        app,
-        ["eval", "-m", str(corpus_run), "--limit", "1", "--beam", "1", "--json", str(json_path),
-         "--device", "cpu", "--precision", "bf16", "--threads", "1", "--quiet"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert json.loads(json_path.read_text())["source"]["precision"] == "bf16 autocast"
-    assert "cpu bf16 autocast, 1 CPU thread" in result.stdout
-
-
-def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
-    """A single file is carved into train/valid/test for training; ``--split all`` scores it all."""
-    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
-    data = tmp_path / "mine.tsv"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
-    json_path, hyp_path = tmp_path / "r.json", tmp_path / "h.txt"
-    result = runner.invoke(
-        app,
-        ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
-         "--json", str(json_path), "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1",
-         "--quiet"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    report = json.loads(json_path.read_text())
-    assert report["sizes"]["sentences"] == 7 and report["source"]["split"] == "all"
-    assert len(hyp_path.read_text().splitlines()) == 7
-
-
-def test_hypotheses_keep_one_line_per_pair_when_a_pair_is_too_long(tmp_path, corpus_run):
-    too_long = " ".join(WORDS * 30)  # longer than the tiny model's positions
-    pairs = [("red cat", "blue dog"), (too_long, "one"), ("big bird", "small bird")]
-    data = tmp_path / "mine.tsv"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
-    hyp_path = tmp_path / "h.txt"
-    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
-            "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"]  # fmt: skip
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    lines = hyp_path.read_text(encoding="utf-8").split("\n")
-    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines, the 2nd empty
-    data.write_text(f"{too_long}\tone\n", encoding="utf-8")
-    result = runner.invoke(app, args)
-    assert result.exit_code == 1 and "every pair (1) is longer than" in result.stderr
-
-
-def test_eval_of_a_file_without_a_test_split_says_the_test_split_is_carved(tmp_path, corpus_run):
-    pairs = [(" ".join(WORDS[i : i + 3]), " ".join(WORDS[i + 1 : i + 4])) for i in range(7)]
-    data = tmp_path / "mine.tsv"
-    data.write_text("".join(f"{s}\t{t}\n" for s, t in pairs) * 3, encoding="utf-8")
-    args = ["eval", "-m", str(corpus_run), "--data", str(data), "--beam", "1", "--device", "cpu",
-            "--threads", "1"]  # fmt: skip
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    assert "has no test split: scoring the 2 pairs carved" in " ".join(result.stderr.split())
-    assert "carved" not in runner.invoke(app, [*args, "--split", "all"]).stderr
-
-
-def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
-    result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--split", "dev"])
-    assert result.exit_code == 1
-    assert result.stderr.strip().startswith("Error: unknown split 'dev'")
-    assert "Traceback" not in result.output
-
-
-@pytest.mark.parametrize(
-    ("env", "option", "threads"), [("2", 0, 2), ("", 0, 1), ("", 2, 2), ("1", 2, 2)]
-)
-def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
-    monkeypatch, corpus_run, env, option, threads
-):
-    monkeypatch.setenv("TFORMER_THREADS", env)
-    monkeypatch.setattr(device, "allowed_cpus", lambda: {0, 1})
-    monkeypatch.setattr(device, "busy_cores", lambda: 2.0)  # both cores busy with other work
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    report = evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
-    assert torch.get_num_threads() == report.source.threads == threads
-
-
-# ---------------------------------------------------------------------------- stored results
-def test_eval_keeps_its_result_with_both_outputs_in_the_run_folder(tmp_path, corpus_run):
-    got: list[StoredEval] = []
-    cfg = EvalConfig(DecodeConfig(beam=2))
-    hyp_path = tmp_path / "hyps.txt"
-    report = evaluation.evaluate_run(
-        corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True, hyp_path=hyp_path,
-        on_result=got.append,
-    )  # fmt: skip
-    (path,) = (corpus_run / EVALS).glob("*.json")
-    stored = read_stored_eval(path)
-    assert stored == got[0] and path.stem == stored.key
-    assert stored.report == json.loads(report_json(report))
-    assert stored.model_sha256 == file_sha256(corpus_run / "model.pt")
-    assert stored.request["split"] == "test" and stored.request["limit"] == 3
-    assert len(stored.greedy) == len(stored.refs) == 3 and stored.beam is not None
-    assert stored.beam == hyp_path.read_text(encoding="utf-8").splitlines()
-    bleu = sacrebleu.BLEU(force=True)
-    assert report.greedy.bleu == bleu.corpus_score(stored.greedy, [stored.refs]).score
-    assert report.beam is not None
-    assert report.beam.bleu == bleu.corpus_score(stored.beam, [stored.refs]).score
-    assert stored_evals(corpus_run) == [stored]
-
-
-def test_a_stored_result_is_keyed_by_model_bytes_data_split_limit_and_settings(
-    corpus_run, tiny_corpus, make_run
-):
-    cfg = EvalConfig(DecodeConfig(beam=2))
-    evaluation.evaluate_run(corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True)
-    config = RunConfig.load(corpus_run)
-
-    def request(**changes) -> evaluation.EvalRequest:
-        options = dict(data=None, src_lang=None, tgt_lang=None, split="test", limit=3, cfg=cfg,
-                       device=torch.device("cpu"), dtype=None)  # fmt: skip
-        return eval_request(corpus_run, config, **{**options, **changes})
-
-    stored = load_stored_eval(corpus_run, request())
-    assert stored is not None and stored.key == request().key
-    assert request(data=str(tiny_corpus)).data == request().data == str(tiny_corpus)
-    others = [
-        request(limit=2), request(limit=None), request(split="valid"),
-        request(cfg=EvalConfig(DecodeConfig(beam=3))), request(cfg=EvalConfig(cfg.search, seed=1)),
-        request(dtype=torch.bfloat16), request(data="toy"),
-    ]  # fmt: skip
-    assert len({r.key for r in others} | {stored.key}) == len(others) + 1
-    assert all(load_stored_eval(corpus_run, r) is None for r in others)
-    _, other = make_run(corpus_run.parent / "scratch", seed=5)
-    atomic_torch_save(corpus_run / "model.pt", other.state_dict())  # new weights
-    assert request().model_sha256 != stored.model_sha256
-    assert load_stored_eval(corpus_run, request()) is None
-
-
-def test_a_run_folder_that_cannot_keep_the_result_gets_a_note(corpus_run, monkeypatch):
-    def refuse(run_dir, stored):
-        raise TformerError(f"cannot write {run_dir}/evals: Read-only file system")
-
-    monkeypatch.setattr(evaluation, "keep_eval", refuse)
-    log = Console(file=io.StringIO(), width=200, log_path=False, soft_wrap=True)
-    got: list[StoredEval] = []
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    report = evaluation.evaluate_run(
-        corpus_run, limit=2, cfg=cfg, device="cpu", threads=1, console=log, on_result=got.append
-    )
-    assert report.sizes.sentences == 2 and got[0].beam is None and len(got[0].greedy) == 2
-    assert "note: the result was not kept in the run folder" in log.file.getvalue()
-
-
-def test_store_false_keeps_nothing_and_a_corrupt_stored_file_is_ignored(corpus_run):
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    evaluation.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=1, quiet=True, store=False)
-    assert not (corpus_run / EVALS).exists()
-    (corpus_run / EVALS).mkdir()
-    (corpus_run / EVALS / "broken.json").write_text('{"key": 1')
-    (corpus_run / EVALS / "other.json").write_text('{"key": "x"}')
-    assert stored_evals(corpus_run) == []
-
-
-def test_an_ensemble_of_a_run_with_itself_scores_as_the_run_and_is_not_kept(corpus_run):
-    cfg = EvalConfig(DecodeConfig(beam=2))
-    alone = evaluation.evaluate_run(corpus_run, limit=4, cfg=cfg, threads=1, quiet=True)
-    kept = set((corpus_run / EVALS).glob("*.json"))
-    both = evaluation.evaluate_run(
-        corpus_run, limit=4, cfg=cfg, threads=1, quiet=True, ensemble_with=[corpus_run]
-    )
-    assert both.ensemble is not None and both.ensemble.runs == [str(corpus_run)] * 2
-    assert (both.ensemble.greedy.bleu, both.ensemble.beam.bleu) == (
-        alone.greedy.bleu,
-        alone.beam.bleu,
-    )
-    assert set((corpus_run / EVALS).glob("*.json")) == kept  # an ensemble's report is not kept
-
-
-def test_an_ensemble_of_runs_with_different_tokenizers_is_a_one_line_error(tmp_path, corpus_run):
-    from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
-
-    other = tmp_path / "other"
-    shutil.copytree(corpus_run, other)
-    vocab = RunConfig.load(corpus_run).model.vocab_size
-    words = " ".join(f"w{i}" for i in range(100))
-    save_tokenizer(
-        train_tokenizer([words] * 3, vocab_size=vocab, kind="wordlevel", min_frequency=1),
-        other / "tokenizer.json",
-    )
-    result = runner.invoke(
-        app, ["eval", "-m", str(corpus_run), "-m", str(other), "--limit", "2", "--quiet"]
-    )
-    assert result.exit_code == 1 and "different tokenizers" in result.output
-    assert "Traceback" not in result.output

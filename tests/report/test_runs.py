@@ -20,13 +20,8 @@ from tformer_cli.checkpoint import RunConfig
 from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report import runs
-from tformer_cli.report.evaluation import (
-    EvalConfig,
-    EvalRequest,
-    StoredEval,
-    file_sha256,
-    keep_eval,
-)
+from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.stored import EvalRequest, StoredEval, file_sha256, keep_eval
 from tformer_cli.report.runs import (
     collect_run,
     hold_run_lock,

@@ -30,14 +30,10 @@ from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolv
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_axis, check_picture, make_chart, run_series, save_chart
-from tformer_cli.report.evaluation import (
-    EvalConfig,
-    StoredEval,
-    eval_request,
-    evaluate_run,
-    load_stored_eval,
-)
+from tformer_cli.report.eval_run import evaluate_run
+from tformer_cli.report.evaluation import EvalConfig
 from tformer_cli.report.runs import read_log
+from tformer_cli.report.stored import StoredEval, eval_request, load_stored_eval
 
 ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
 N_BOOTSTRAP = 1000  # sacrebleu's defaults

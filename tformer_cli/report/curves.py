@@ -23,14 +23,11 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig, resolve_run
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
-from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
 X_AXES = ("updates", "time")
 PICTURES = (".svg", ".html", ".htm", ".png")
@@ -582,103 +579,3 @@ def save_chart(chart: Chart, path: Path, intro_html: str = "") -> None:
         atomic_write_text(path, to_svg(chart), durable=False)
     else:
         atomic_write_text(path, to_html(chart, intro_html), durable=False)
-
-
-# ---------------------------------------------------------------------------- tformer show
-def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
-    """The run's settings and progress as short label/value rows."""
-    m, t = config.model, config.train
-    params = "?" if info.parameters is None else f"{info.parameters:,}"
-    langs = f" ({t.src_lang} -> {t.tgt_lang})" if t.src_lang and t.tgt_lang else ""
-    files = [getattr(t, n, None) for n in ("src_file", "tgt_file")]
-    data = " + ".join(f for f in files if f) if t.data == "files" and any(files) else t.data
-    rows = [
-        ("state", f"{info.state}: {info.detail}" if info.detail else info.state),
-        ("data", f"{data}{langs}, seed {t.seed}"),
-        ("tokenizer", f"{t.tokenizer_kind}, {m.vocab_size:,} types (asked {t.vocab_size:,})"),
-        (
-            "model",
-            f"{params} parameters; {m.n_encoder_layers}+{m.n_decoder_layers} layers, d {m.d_model},"
-            f" {m.h} heads, FFN {m.d_ff}, {m.norm}-LN, {m.positional} positions, dropout"
-            f" {m.dropout:g}{', tied embeddings' if m.tie_embeddings else ''}",
-        ),
-        (
-            "training",
-            f"{t.max_tokens:,} tokens/batch x {t.accum}, lr {t.lr:g}, warm-up {t.warmup},"
-            f" label smoothing {t.label_smoothing:g}, precision {t.precision}",
-        ),
-    ]
-    rules = [
-        f"{name} {value:g}"
-        for name, value in (
-            ("--max-steps", t.max_steps),
-            ("--epochs", t.max_epochs),
-            ("--max-minutes", t.max_minutes),
-            ("--patience", t.patience),
-            ("--average", t.average),
-        )
-        if value
-    ]
-    rows.append(("stopping", ", ".join(rules) or "none (Ctrl-C)"))
-    if t.scheduled_sampling != "off":
-        k = "" if t.ss_k is None else f", k {t.ss_k:g}"
-        rows.append(
-            (
-                "scheduled sampling",
-                f"{t.scheduled_sampling}{k}, min {t.ss_min:g}, warm-up {t.ss_warmup},"
-                f" mix {t.ss_mix}",
-            )
-        )
-    progress = f"{info.updates or 0:,} updates"
-    if info.epochs:
-        progress += f", {info.epochs} epoch{'' if info.epochs == 1 else 's'}"
-    if info.best_valid_bleu is not None:
-        progress += f"; best valid BLEU {info.best_valid_bleu:.2f} at step {info.best_step}"
-    rows.append(("progress", progress))
-    if info.test_bleu is not None:
-        how = "tformer eval" if info.test_bleu_from == "eval" else "end of training"
-        beam = (
-            f", beam {info.test_beam} {info.test_beam_bleu:.2f}"
-            if info.test_beam_bleu is not None
-            else ""
-        )
-        rows.append(("test BLEU", f"greedy {info.test_bleu:.2f}{beam} ({how})"))
-    return rows
-
-
-def settings_table(run_dir: Path, rows: Sequence[tuple[str, str]]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    table.add_row("run", str(run_dir))
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
-
-
-def show_run(
-    run: Path,
-    console: Console,
-    *,
-    save: Path | None = None,
-    x: str = "updates",
-    err: Console | None = None,
-    runs_dir: Path = RUNS_DIR,
-    width: int | None = None,
-) -> Chart:
-    """``tformer show RUN``: the run's settings, then its curves in the terminal; ``save``
-    writes them as .svg, .html (with the settings) or .png. Returns the chart."""
-    check_axis(x)
-    check_picture(save)
-    run_dir = resolve_run(run, runs_dir)
-    config = RunConfig.load(run_dir)  # a broken run: its one-line reason
-    records = read_log(run_dir)
-    info = collect_run(run_dir)
-    rows = settings_rows(config, info)
-    chart = make_chart([(run_dir.name, run_series(records))], x, f"run {run_dir.name}")
-    console.print(settings_table(run_dir, rows))
-    console.print(render_terminal(chart, width or console.width))
-    if save is not None:
-        save_chart(chart, save, html_table([("run", str(run_dir)), *rows]))
-        (err or Console(stderr=True)).print(f"wrote {save}", markup=False, highlight=False)
-    return chart

@@ -13,42 +13,25 @@ outputs, in ``RUN/evals/<key>.json`` (``StoredEval``), keyed by what the numbers
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 import sacrebleu
 import torch
-from datasets import concatenate_datasets
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.text import Text
 from tokenizers import Tokenizer
 from torch import nn
 
 from tformer_cli import __version__
-from tformer_cli.checkpoint import RunConfig, load_run, resolve_run, shared_tokenizer
 from tformer_cli.config import DecodeConfig
-from tformer_cli.console import make_progress
-from tformer_cli.data.corpus import (
-    CARVED,
-    FILES,
-    PARALLEL_FILES,
-    SPLITS,
-    absolute_data,
-    load_corpus,
-)
-from tformer_cli.data.tokenizer import UNK_ID, decode, encode
+from tformer_cli.data.tokenizer import UNK_ID, decode
 from tformer_cli.decode.search import Models, describe, translate_sources
-from tformer_cli.device import autocast, free_cores, inference, precision_name, setup_threads
+from tformer_cli.device import autocast
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.report.exposure import (
     Accumulation,
@@ -393,280 +376,6 @@ def evaluate(
 def report_json(report: EvalReport) -> str:
     """The report as JSON: every number with the settings that produced it."""
     return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
-
-
-# ---------------------------------------------------------------------------- stored results
-EVALS = "evals"  # RUN/evals/<key>.json: each `tformer eval` result, with its outputs
-DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"}
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes (hex), read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for piece in iter(lambda: f.read(1 << 20), b""):
-                digest.update(piece)
-    except OSError as e:
-        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class EvalRequest:
-    """What an evaluation's numbers depend on, so what its stored result is keyed by: the
-    weights (SHA-256 of model.pt), the data (spec, languages, plain files, and the run's seed,
-    which carves missing splits), split, limit, precision, device type and every ``EvalConfig``
-    setting (search, prefix-noise levels and seed). Thread count and batch order do not change
-    the numbers beyond float rounding, and are left out."""
-
-    model_sha256: str
-    data: str
-    files: tuple[str | None, ...]  # the run's --src-file/--tgt-file/--valid-*-file, if it used them
-    src_lang: str | None
-    tgt_lang: str | None
-    seed: int
-    split: str
-    limit: int | None
-    precision: str  # fp32, bf16 (the autocast dtype asked for) or int8
-    device: str  # cpu, cuda or mps
-    config: EvalConfig
-
-    @property
-    def key(self) -> str:
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-
-
-def eval_request(
-    run_dir: Path,
-    config: RunConfig,
-    *,
-    data: str | None,
-    src_lang: str | None,
-    tgt_lang: str | None,
-    split: str,
-    limit: int | None,
-    cfg: EvalConfig,
-    device: torch.device,
-    dtype: torch.dtype | None,
-    src_file: Path | None = None,
-    tgt_file: Path | None = None,
-) -> EvalRequest:
-    """The request of evaluating ``run_dir`` as ``evaluate_run`` does (default data and
-    languages: the run's own; ``src_file``/``tgt_file``: those pairs); hashes model.pt."""
-    train = config.train
-    if src_file is not None and tgt_file is not None:
-        spec, files = FILES, tuple(str(Path(f).resolve()) for f in (src_file, tgt_file))
-    elif data is None:
-        spec, files = train.data, tuple(getattr(train, name) for name in PARALLEL_FILES)
-    else:
-        spec, files = absolute_data(data), ()
-    return EvalRequest(
-        file_sha256(run_dir / "model.pt"),
-        spec,
-        files if any(files) else (),
-        src_lang or train.src_lang,
-        tgt_lang or train.tgt_lang,
-        train.seed,
-        split,
-        limit,
-        "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
-        device.type,
-        cfg,
-    )
-
-
-@dataclass(frozen=True)
-class StoredEval:
-    """A kept evaluation, ``RUN/evals/<key>.json``: the request, the report as ``--json``
-    writes it, and the outputs with their references (pairs longer than the model's positions
-    left out), so that paired significance tests need no new decoding."""
-
-    key: str
-    request: dict[str, Any]  # EvalRequest as JSON
-    created: str  # local time, ISO 8601
-    report: dict[str, Any]
-    greedy: list[str]
-    beam: list[str] | None
-    refs: list[str]
-
-    @property
-    def model_sha256(self) -> str:
-        return str(self.request.get("model_sha256", ""))
-
-
-def stored_eval_path(run_dir: Path, key: str) -> Path:
-    return run_dir / EVALS / f"{key}.json"
-
-
-def keep_eval(run_dir: Path, stored: StoredEval) -> Path:
-    """Write ``stored`` to ``RUN/evals/<key>.json`` atomically (cheap to remake: not synced)."""
-    path = stored_eval_path(run_dir, stored.key)
-    text = json.dumps(dataclasses.asdict(stored), ensure_ascii=False) + "\n"
-    atomic_write_text(path, text, durable=False)
-    return path
-
-
-def read_stored_eval(path: Path) -> StoredEval | None:
-    """A stored evaluation, or ``None`` when the file is missing, unreadable or not one."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        stored = StoredEval(**raw)
-        texts = [stored.greedy, stored.refs, *([stored.beam] if stored.beam is not None else [])]
-        lists = all(isinstance(t, list) and len(t) == len(stored.refs) for t in texts)
-        if not (lists and isinstance(stored.request, dict) and isinstance(stored.report, dict)):
-            return None
-        datetime.fromisoformat(stored.created)
-        return stored
-    except (OSError, ValueError, TypeError):  # missing, not UTF-8 or JSON, other fields
-        return None
-
-
-def stored_evals(run_dir: Path) -> list[StoredEval]:
-    """Every readable stored evaluation of a run, newest first."""
-    found = [read_stored_eval(p) for p in sorted((run_dir / EVALS).glob("*.json"))]
-    kept = [s for s in found if s is not None]
-    return sorted(kept, key=lambda s: datetime.fromisoformat(s.created).timestamp(), reverse=True)
-
-
-def load_stored_eval(run_dir: Path, request: EvalRequest) -> StoredEval | None:
-    """The stored result of exactly ``request`` (so of the current model.pt), if kept."""
-    stored = read_stored_eval(stored_eval_path(run_dir, request.key))
-    if stored is None or stored.key != request.key:
-        return None
-    return stored if stored.model_sha256 == request.model_sha256 else None
-
-
-def evaluate_run(
-    model_dir: Path | None,
-    *,
-    data: str | None = None,
-    src_lang: str | None = None,
-    tgt_lang: str | None = None,
-    src_file: Path | None = None,
-    tgt_file: Path | None = None,
-    split: str = "test",
-    limit: int | None = None,
-    cfg: EvalConfig = EvalConfig(),
-    device: str = "auto",
-    precision: str | None = None,
-    json_path: Path | None = None,
-    hyp_path: Path | None = None,
-    threads: int = 0,
-    compile: str = "auto",
-    ensemble_with: Sequence[Path] = (),
-    console: Console | None = None,
-    quiet: bool = False,
-    store: bool = True,
-    on_result: Callable[[StoredEval], None] | None = None,
-) -> EvalReport:
-    """``tformer eval``: load a run and a split (default: the run's own data, same seed, so the
-    same carved splits; ``src_file``/``tgt_file``: every pair of two plain parallel files, in
-    order), evaluate, and write ``json_path`` and ``hyp_path`` if given.
-    ``threads``: torch CPU threads; 0: ``$TFORMER_THREADS`` if set, else ``free_cores()``;
-    ``compile``: how the decode step runs (``DecodeStep``); ``ensemble_with``: other runs
-    (sharing this one's tokenizer) whose ensemble with it is scored too, greedy and the second
-    search (``EvalReport.ensemble``; such a report is not kept in the run folder).
-
-    With ``store`` the result is also kept in ``RUN/evals/<key>.json`` (``StoredEval``; a run
-    folder that cannot be written gets a note, not an error); ``on_result`` receives it."""
-    if split not in (*SPLITS, "all"):
-        raise TformerError(f"unknown split {split!r}: use train, valid, test or all")
-    start, log = time.perf_counter(), console or Console(stderr=True)
-    run_dir = resolve_run(model_dir)
-    train = RunConfig.load(run_dir).train
-    run = load_run(run_dir, device, precision or train.precision, compile)
-    setup_threads()  # $TFORMER_THREADS if set; then --threads, else the idle cores
-    if threads or not os.environ.get("TFORMER_THREADS"):
-        torch.set_num_threads(threads or free_cores())
-    src_lang, tgt_lang = src_lang or train.src_lang, tgt_lang or train.tgt_lang
-    files: dict[str, str | Path | None] = {}
-    if src_file is not None or tgt_file is not None:  # exactly these pairs, in their order
-        if data is not None:
-            raise TformerError("give --data or --src-file/--tgt-file, not both")
-        data_spec, split, files = FILES, "all", {"src_file": src_file, "tgt_file": tgt_file}
-    elif data is None:  # the run's own data, its parallel files included
-        data_spec, files = train.data, {name: getattr(train, name) for name in PARALLEL_FILES}
-    else:
-        data_spec = data
-    if split == "all":  # every pair the data holds, in its order: nothing carved out
-        ds = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, carve=False, **files)
-        pairs = concatenate_datasets([ds[name] for name in SPLITS if name in ds])
-    else:  # the run's seed carves the same valid/test splits as in training
-        ds = load_corpus(data_spec, src_lang=src_lang, tgt_lang=tgt_lang, seed=train.seed, **files)
-        pairs = ds[split]
-        if data is not None and pairs.info.description == CARVED and not quiet:
-            log.print(
-                f"note: {data} has no {split} split: scoring the {len(pairs)} pairs carved from"
-                " it with the run's seed; --split all scores every pair",
-                markup=False,
-            )
-    pairs = pairs.select(range(min(limit, len(pairs)))) if limit is not None else pairs
-    request = eval_request(
-        run_dir, run.config, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split,
-        limit=limit, cfg=cfg, device=run.device, dtype=run.dtype, src_file=src_file,
-        tgt_file=tgt_file,
-    )  # fmt: skip
-    src, tgt = encode(run.tokenizer, pairs["src"]), encode(run.tokenizer, pairs["tgt"])
-    longest = run.config.model.max_positions - 1  # room for </s> (source) or <s> (target)
-    keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) <= longest]
-    refs = list(pairs["tgt"])
-    eval_data = EvalData([src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep])
-    if src_file is not None:
-        data_spec = f"{src_file} + {tgt_file}"  # what the report names
-    source = EvalSource(
-        str(run_dir), str(data_spec), split, src_lang, tgt_lang, limit, str(run.device),
-        precision_name(run.device, run.dtype), torch.get_num_threads(),
-    )  # fmt: skip
-    n = len(keep)
-    if src and not n:
-        raise TformerError(
-            f"nothing to evaluate: every pair ({len(src)}) is longer than the model's"
-            f" {longest} tokens"
-        )
-    load = time.perf_counter() - start
-    outputs: list[Outputs] = []
-    with make_progress("eval", log, disable=quiet) as bar:
-        task = bar.add_task("eval", total=n * (3 if cfg.search.beam > 1 else 2), info="")
-        with inference(run.device, run.dtype):
-            report, hyps = evaluate(
-                run.model, run.tokenizer, eval_data, cfg, source, len(src) - n,
-                on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
-                on_outputs=outputs.append, compile=run.compile,
-            )  # fmt: skip
-    timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
-    report = dataclasses.replace(report, timing=timing)
-    if ensemble_with:
-        others = [load_run(m, device, precision or train.precision, compile) for m in ensemble_with]
-        shared_tokenizer([run, *others])
-        models = [run.model, *(o.model for o in others)]
-        with inference(run.device, run.dtype):
-            scores = ensemble_scores(models, run.tokenizer, eval_data, cfg, run.compile)
-        names = [str(r.run_dir) for r in (run, *others)]
-        report = dataclasses.replace(report, ensemble=dataclasses.replace(scores, runs=names))
-        store = False
-    stored = StoredEval(
-        request.key, json.loads(json.dumps(dataclasses.asdict(request))),
-        datetime.now().astimezone().isoformat(timespec="seconds"),
-        json.loads(report_json(report)), outputs[0].greedy, outputs[0].beam, eval_data.refs,
-    )  # fmt: skip
-    if store:
-        try:
-            keep_eval(run_dir, stored)
-        except TformerError as e:  # a read-only run folder: the report itself still stands
-            if not quiet:
-                log.print(f"note: the result was not kept in the run folder: {e}", markup=False)
-    if on_result is not None:
-        on_result(stored)
-    if json_path is not None:
-        atomic_write_text(json_path, report_json(report))
-    if hyp_path is not None:  # a line per pair, in order: a skipped pair's is empty
-        lines = [""] * len(src)
-        for i, h in zip(keep, hyps, strict=True):
-            lines[i] = h
-        atomic_write_text(hyp_path, "".join(f"{line}\n" for line in lines))
-    return report
 
 
 # ---------------------------------------------------------------------------- rendering

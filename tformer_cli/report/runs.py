@@ -48,7 +48,7 @@ from tformer_cli.config import ModelConfig
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
-from tformer_cli.report.evaluation import StoredEval, file_sha256, stored_evals
+from tformer_cli.report.stored import StoredEval, file_sha256, stored_evals
 
 try:
     import fcntl

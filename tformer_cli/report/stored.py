@@ -1,0 +1,164 @@
+"""Kept evaluations: each ``tformer eval`` result in ``RUN/evals/<key>.json`` (``StoredEval``),
+with both searches' outputs, keyed by what its numbers depend on (``EvalRequest``: the model
+file's bytes, the data, split, limit and settings), so that `tformer runs` shows test BLEU and
+`tformer compare` reuses a current result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tformer_cli.checkpoint import RunConfig
+from tformer_cli.data.corpus import FILES, PARALLEL_FILES, absolute_data
+from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write_text
+from tformer_cli.report.evaluation import EvalConfig
+
+EVALS = "evals"  # RUN/evals/<key>.json: each `tformer eval` result, with its outputs
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"}
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                digest.update(piece)
+    except OSError as e:
+        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What an evaluation's numbers depend on, so what its stored result is keyed by: the
+    weights (SHA-256 of model.pt), the data (spec, languages, plain files, and the run's seed,
+    which carves missing splits), split, limit, precision, device type and every ``EvalConfig``
+    setting (search, prefix-noise levels and seed). Thread count and batch order do not change
+    the numbers beyond float rounding, and are left out."""
+
+    model_sha256: str
+    data: str
+    files: tuple[str | None, ...]  # the run's --src-file/--tgt-file/--valid-*-file, if it used them
+    src_lang: str | None
+    tgt_lang: str | None
+    seed: int
+    split: str
+    limit: int | None
+    precision: str  # fp32, bf16 (the autocast dtype asked for) or int8
+    device: str  # cpu, cuda or mps
+    config: EvalConfig
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def eval_request(
+    run_dir: Path,
+    config: RunConfig,
+    *,
+    data: str | None,
+    src_lang: str | None,
+    tgt_lang: str | None,
+    split: str,
+    limit: int | None,
+    cfg: EvalConfig,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    src_file: Path | None = None,
+    tgt_file: Path | None = None,
+) -> EvalRequest:
+    """The request of evaluating ``run_dir`` as ``evaluate_run`` does (default data and
+    languages: the run's own; ``src_file``/``tgt_file``: those pairs); hashes model.pt."""
+    train = config.train
+    if src_file is not None and tgt_file is not None:
+        spec, files = FILES, tuple(str(Path(f).resolve()) for f in (src_file, tgt_file))
+    elif data is None:
+        spec, files = train.data, tuple(getattr(train, name) for name in PARALLEL_FILES)
+    else:
+        spec, files = absolute_data(data), ()
+    return EvalRequest(
+        file_sha256(run_dir / "model.pt"),
+        spec,
+        files if any(files) else (),
+        src_lang or train.src_lang,
+        tgt_lang or train.tgt_lang,
+        train.seed,
+        split,
+        limit,
+        "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
+        device.type,
+        cfg,
+    )
+
+
+@dataclass(frozen=True)
+class StoredEval:
+    """A kept evaluation, ``RUN/evals/<key>.json``: the request, the report as ``--json``
+    writes it, and the outputs with their references (pairs longer than the model's positions
+    left out), so that paired significance tests need no new decoding."""
+
+    key: str
+    request: dict[str, Any]  # EvalRequest as JSON
+    created: str  # local time, ISO 8601
+    report: dict[str, Any]
+    greedy: list[str]
+    beam: list[str] | None
+    refs: list[str]
+
+    @property
+    def model_sha256(self) -> str:
+        return str(self.request.get("model_sha256", ""))
+
+
+def stored_eval_path(run_dir: Path, key: str) -> Path:
+    return run_dir / EVALS / f"{key}.json"
+
+
+def keep_eval(run_dir: Path, stored: StoredEval) -> Path:
+    """Write ``stored`` to ``RUN/evals/<key>.json`` atomically (cheap to remake: not synced)."""
+    path = stored_eval_path(run_dir, stored.key)
+    text = json.dumps(dataclasses.asdict(stored), ensure_ascii=False) + "\n"
+    atomic_write_text(path, text, durable=False)
+    return path
+
+
+def read_stored_eval(path: Path) -> StoredEval | None:
+    """A stored evaluation, or ``None`` when the file is missing, unreadable or not one."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        stored = StoredEval(**raw)
+        texts = [stored.greedy, stored.refs, *([stored.beam] if stored.beam is not None else [])]
+        lists = all(isinstance(t, list) and len(t) == len(stored.refs) for t in texts)
+        if not (lists and isinstance(stored.request, dict) and isinstance(stored.report, dict)):
+            return None
+        datetime.fromisoformat(stored.created)
+        return stored
+    except (OSError, ValueError, TypeError):  # missing, not UTF-8 or JSON, other fields
+        return None
+
+
+def stored_evals(run_dir: Path) -> list[StoredEval]:
+    """Every readable stored evaluation of a run, newest first."""
+    found = [read_stored_eval(p) for p in sorted((run_dir / EVALS).glob("*.json"))]
+    kept = [s for s in found if s is not None]
+    return sorted(kept, key=lambda s: datetime.fromisoformat(s.created).timestamp(), reverse=True)
+
+
+def load_stored_eval(run_dir: Path, request: EvalRequest) -> StoredEval | None:
+    """The stored result of exactly ``request`` (so of the current model.pt), if kept."""
+    stored = read_stored_eval(stored_eval_path(run_dir, request.key))
+    if stored is None or stored.key != request.key:
+        return None
+    return stored if stored.model_sha256 == request.model_sha256 else None
