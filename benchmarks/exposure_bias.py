@@ -24,9 +24,10 @@ from rich.console import Console
 from tformer_cli.checkpoint import load_run
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.corpus import load_corpus
+from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.device import inference
-from tformer_cli.report.evaluation import EvalConfig, EvalData, EvalReport, evaluate
+from tformer_cli.report.evaluation import EvalConfig, EvalReport, evaluate
 from tformer_cli.train.trainer import Trainer
 
 ROWS: list[tuple[str, Callable[[EvalReport], float | None]]] = [
@@ -64,7 +65,7 @@ def report(run_dir: Path, longest: bool) -> EvalReport:
     tgt = encode(run.tokenizer, refs)
     order = sorted(range(len(tgt)), key=lambda i: len(tgt[i]))
     keep = order[3 * len(order) // 4 :] if longest else order
-    data = EvalData(
+    data = Split(
         encode(run.tokenizer, [src[i] for i in keep]),
         [tgt[i] for i in keep],
         [refs[i] for i in keep],

@@ -24,6 +24,7 @@ from tformer_cli.device import cpu_model
 from tformer_cli.errors import TformerError
 from tformer_cli.report.compare import run_names, score_run
 from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.request import EvalRequest
 
 
 def sweep(
@@ -35,10 +36,8 @@ def sweep(
     for name, run in zip(run_names(runs), runs, strict=True):
         for alpha in alphas:
             cfg = EvalConfig(DecodeConfig(beam=beam, alpha=alpha))
-            _, stored = score_run(
-                run, data=None, src_lang=None, tgt_lang=None, split=split, limit=None, cfg=cfg,
-                device="cpu", precision=None, threads=threads, err=err, quiet=True,
-            )  # fmt: skip
+            asked = EvalRequest(split=split, config=cfg, device="cpu", threads=threads)
+            _, stored = score_run(run, asked, keep=True, err=err, quiet=True)
             table.setdefault(name, {})[alpha] = stored.report["beam"]["bleu"]
     return table
 

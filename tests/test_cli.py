@@ -664,7 +664,9 @@ def test_beam_search_takes_the_runs_beam_alpha_unless_alpha_is_given(
 
     compared: list[float] = []
     monkeypatch.setattr(
-        compare, "compare_runs", lambda *a, cfg, **k: compared.append(cfg.search.alpha)
+        compare,
+        "compare_runs",
+        lambda runs, out, request, **k: compared.append(request.config.search.alpha),
     )
     assert invoke("compare", str(runs[1]), str(runs[0])).exit_code == 0
     assert compared == [0.2]

@@ -828,24 +828,27 @@ def evaluate(
     from tformer_cli.device import oom_hint
     from tformer_cli.report.eval_run import evaluate_run
     from tformer_cli.report.evaluation import EvalConfig, render_report
+    from tformer_cli.report.request import EvalRequest
 
     search = search_config(
         beam, run_alpha(alpha, model), sample, (temperature, top_k, top_p, epsilon), mbr,
         mbr_from, mbr_utility, min_len=min_len, seed=seed,
     )  # fmt: skip
+    request = EvalRequest(
+        data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file, split=split,
+        limit=limit, config=EvalConfig(search, seed=seed), device=device, precision=precision,
+        threads=threads, compile=compile,
+    )  # fmt: skip
     runs = model or [None]
     for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's
         last = i == len(runs) - 1
         with oom_hint():
-            report = evaluate_run(
-                run, data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file,
-                split=split, limit=limit,
-                cfg=EvalConfig(search, seed=seed), device=device, precision=precision,
-                json_path=json_out if last else None, hyp_path=hyp if last else None,
-                threads=threads, compile=compile, ensemble_with=runs[:-1] if last else (),
+            evaluation = evaluate_run(
+                run, request, keep=True, json_path=json_out if last else None,
+                hyp_path=hyp if last else None, ensemble_with=runs[:-1] if last else (),
                 console=err, quiet=quiet,
             )  # fmt: skip
-        out.print(render_report(report))
+        out.print(render_report(evaluation.report))
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
@@ -946,14 +949,17 @@ def compare_command(
     from tformer_cli.checkpoint import resolve_run
     from tformer_cli.report.compare import compare_runs
     from tformer_cli.report.evaluation import EvalConfig
+    from tformer_cli.report.request import EvalRequest
 
     alpha = run_alpha(alpha, [resolve_run(runs[0])])
-    compare_runs(
-        runs, out, data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit,
-        cfg=EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed), device=device,
-        precision=precision, threads=threads, save=save, x=x, as_json=json_out, err=err,
-        quiet=quiet,
+    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed)
+    request = EvalRequest(
+        data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit, config=cfg,
+        device=device, precision=precision, threads=threads,
     )  # fmt: skip
+    compare_runs(
+        runs, out, request, keep=True, save=save, x=x, as_json=json_out, err=err, quiet=quiet
+    )
 
 
 # ---------------------------------------------------------------------------- serve

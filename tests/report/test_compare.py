@@ -19,6 +19,7 @@ from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report.compare import compare_runs, paired_tests, render_comparison
 from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import EVALS
 
 CFG = EvalConfig(DecodeConfig(beam=2))
@@ -41,11 +42,13 @@ def two_runs(tmp_path, make_run, tiny_corpus):
     return runs
 
 
-def compare(runs, **options):
+def compare(runs, data=None, limit=None, keep=True, **options):
+    """``compare_runs`` as the command calls it (results kept), on the CPU, one thread."""
     console = Console(file=io.StringIO(), width=160, color_system=None)
     err = Console(file=io.StringIO())
-    options = {"cfg": CFG, "device": "cpu", "threads": 1, "quiet": True, "n_ar": N_AR, **options}
-    result = compare_runs(runs, console, err=err, **options)
+    asked = EvalRequest(data=data, limit=limit, config=CFG, device="cpu", threads=1)
+    options = {"quiet": True, "n_ar": N_AR, **options}
+    result = compare_runs(runs, console, asked, keep=keep, err=err, **options)
     return result, console.file.getvalue()
 
 
@@ -76,7 +79,7 @@ def test_compare_gives_sacrebleus_own_paired_test_numbers(two_runs):
     assert greedy_bleu.values == [a.report["greedy"]["bleu"], b.report["greedy"]["bleu"]]
     assert greedy_bleu.diffs[1] == pytest.approx(greedy_bleu.values[1] - greedy_bleu.values[0])
     for text in ("BLEU beam 2", "tf_acc", "excess_error", "decay_ratio", "p (bs)",
-                 "evaluated now"):  # fmt: skip
+                 "evaluated now (result kept)"):  # fmt: skip
         assert text in out, text
 
 
@@ -164,3 +167,9 @@ def test_bad_arguments_fail_in_one_line_before_any_work(two_runs, tmp_path):
     with pytest.raises(TformerError, match=r"config\.json is missing"):
         compare([two_runs[0], broken])
     assert not (two_runs[0] / EVALS).exists()
+
+
+def test_compare_keeps_nothing_in_the_run_folders_unless_asked(two_runs):
+    result, out = compare(two_runs, keep=False)
+    assert [s.reused for s in result.runs] == [False, False] and "result kept" not in out
+    assert not any((r / EVALS).exists() for r in two_runs)

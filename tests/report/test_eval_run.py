@@ -18,15 +18,16 @@ from tests.conftest import WORDS
 from tformer_cli import device
 from tformer_cli.checkpoint import RunConfig, atomic_torch_save
 from tformer_cli.cli import app
-from tformer_cli.config import DecodeConfig, TrainConfig
+from tformer_cli.config import DecodeConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.report import eval_run, stored
+from tformer_cli.report import eval_run
+from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig, EvalReport, report_json
 from tformer_cli.report.exposure import fmt, pct
+from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import (
     EVALS,
-    StoredEval,
-    eval_request,
+    EvalKey,
     file_sha256,
     load_stored_eval,
     read_stored_eval,
@@ -35,15 +36,6 @@ from tformer_cli.report.stored import (
 
 # ---------------------------------------------------------------------------- the command
 runner = CliRunner()
-
-
-@pytest.fixture
-def corpus_run(tmp_path, make_run, tiny_corpus):
-    """An untrained run whose config says it was trained on ``tiny_corpus`` in fp32."""
-    run_dir, model = make_run(tmp_path / "run")
-    train = TrainConfig(data=str(tiny_corpus), device="cpu", precision="fp32")
-    RunConfig(model.cfg, train).save(run_dir)
-    return run_dir
 
 
 def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_run):
@@ -133,6 +125,12 @@ def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
     assert "Traceback" not in result.output
 
 
+def request(**options) -> EvalRequest:
+    """A request for the run's own test split on the CPU, one thread, greedy only."""
+    options = {"config": EvalConfig(DecodeConfig(beam=1)), "device": "cpu", "threads": 1, **options}
+    return EvalRequest(**options)
+
+
 @pytest.mark.parametrize(
     ("env", "option", "threads"), [("2", 0, 2), ("", 0, 1), ("", 2, 2), ("1", 2, 2)]
 )
@@ -142,28 +140,26 @@ def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
     monkeypatch.setenv("TFORMER_THREADS", env)
     monkeypatch.setattr(device, "allowed_cpus", lambda: {0, 1})
     monkeypatch.setattr(device, "busy_cores", lambda: 2.0)  # both cores busy with other work
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    report = eval_run.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=option, quiet=True)
+    asked = request(limit=1, threads=option, device="auto")
+    report = evaluate_run(corpus_run, asked, quiet=True).report
     assert torch.get_num_threads() == report.source.threads == threads
 
 
 # ---------------------------------------------------------------------------- stored results
-def test_eval_keeps_its_result_with_both_outputs_in_the_run_folder(tmp_path, corpus_run):
-    got: list[StoredEval] = []
-    cfg = EvalConfig(DecodeConfig(beam=2))
+def test_eval_keeps_its_result_with_both_outputs_in_the_run_folder_when_asked(tmp_path, corpus_run):
     hyp_path = tmp_path / "hyps.txt"
-    report = eval_run.evaluate_run(
-        corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True, hyp_path=hyp_path,
-        on_result=got.append,
-    )  # fmt: skip
+    asked = request(limit=3, config=EvalConfig(DecodeConfig(beam=2)))
+    evaluation = evaluate_run(corpus_run, asked, keep=True, quiet=True, hyp_path=hyp_path)
+    report = evaluation.report
     (path,) = (corpus_run / EVALS).glob("*.json")
     stored = read_stored_eval(path)
-    assert stored == got[0] and path.stem == stored.key
-    assert stored.report == json.loads(report_json(report))
+    assert stored == evaluation.stored and path.stem == stored.key
+    assert stored.report == json.loads(report_json(report)) == report.to_dict()
     assert stored.model_sha256 == file_sha256(corpus_run / "model.pt")
     assert stored.request["split"] == "test" and stored.request["limit"] == 3
     assert len(stored.greedy) == len(stored.refs) == 3 and stored.beam is not None
     assert stored.beam == hyp_path.read_text(encoding="utf-8").splitlines()
+    assert stored.beam == evaluation.hypotheses
     bleu = sacrebleu.BLEU(force=True)
     assert report.greedy.bleu == bleu.corpus_score(stored.greedy, [stored.refs]).score
     assert report.beam is not None
@@ -174,29 +170,31 @@ def test_eval_keeps_its_result_with_both_outputs_in_the_run_folder(tmp_path, cor
 def test_a_stored_result_is_keyed_by_model_bytes_data_split_limit_and_settings(
     corpus_run, tiny_corpus, make_run
 ):
-    cfg = EvalConfig(DecodeConfig(beam=2))
-    eval_run.evaluate_run(corpus_run, limit=3, cfg=cfg, device="cpu", threads=1, quiet=True)
+    asked = request(limit=3, config=EvalConfig(DecodeConfig(beam=2)))
+    evaluate_run(corpus_run, asked, keep=True, quiet=True)
     config = RunConfig.load(corpus_run)
 
-    def request(**changes) -> stored.EvalRequest:
-        options = dict(data=None, src_lang=None, tgt_lang=None, split="test", limit=3, cfg=cfg,
-                       device=torch.device("cpu"), dtype=None)  # fmt: skip
-        return eval_request(corpus_run, config, **{**options, **changes})
+    def key(dtype: torch.dtype | None = None, **changes) -> EvalKey:
+        return dataclasses.replace(asked, **changes).key(
+            corpus_run, config, torch.device("cpu"), dtype
+        )
 
-    stored = load_stored_eval(corpus_run, request())
-    assert stored is not None and stored.key == request().key
-    assert request(data=str(tiny_corpus)).data == request().data == str(tiny_corpus)
+    stored = load_stored_eval(corpus_run, key())
+    assert stored is not None and stored.key == key().digest
+    assert key(data=str(tiny_corpus)).data == key().data == str(tiny_corpus)
+    assert key(threads=2).digest == key().digest  # threads do not change the numbers
     others = [
-        request(limit=2), request(limit=None), request(split="valid"),
-        request(cfg=EvalConfig(DecodeConfig(beam=3))), request(cfg=EvalConfig(cfg.search, seed=1)),
-        request(dtype=torch.bfloat16), request(data="toy"),
+        key(limit=2), key(limit=None), key(split="valid"),
+        key(config=EvalConfig(DecodeConfig(beam=3))),
+        key(config=EvalConfig(asked.config.search, seed=1)),
+        key(torch.bfloat16), key(data="toy"),
     ]  # fmt: skip
-    assert len({r.key for r in others} | {stored.key}) == len(others) + 1
-    assert all(load_stored_eval(corpus_run, r) is None for r in others)
+    assert len({k.digest for k in others} | {stored.key}) == len(others) + 1
+    assert all(load_stored_eval(corpus_run, k) is None for k in others)
     _, other = make_run(corpus_run.parent / "scratch", seed=5)
     atomic_torch_save(corpus_run / "model.pt", other.state_dict())  # new weights
-    assert request().model_sha256 != stored.model_sha256
-    assert load_stored_eval(corpus_run, request()) is None
+    assert key().model_sha256 != stored.model_sha256
+    assert load_stored_eval(corpus_run, key()) is None
 
 
 def test_a_run_folder_that_cannot_keep_the_result_gets_a_note(corpus_run, monkeypatch):
@@ -205,18 +203,14 @@ def test_a_run_folder_that_cannot_keep_the_result_gets_a_note(corpus_run, monkey
 
     monkeypatch.setattr(eval_run, "keep_eval", refuse)
     log = Console(file=io.StringIO(), width=200, log_path=False, soft_wrap=True)
-    got: list[StoredEval] = []
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    report = eval_run.evaluate_run(
-        corpus_run, limit=2, cfg=cfg, device="cpu", threads=1, console=log, on_result=got.append
-    )
-    assert report.sizes.sentences == 2 and got[0].beam is None and len(got[0].greedy) == 2
+    evaluation = evaluate_run(corpus_run, request(limit=2), keep=True, console=log)
+    got = evaluation.stored
+    assert evaluation.report.sizes.sentences == 2 and got.beam is None and len(got.greedy) == 2
     assert "note: the result was not kept in the run folder" in log.file.getvalue()
 
 
-def test_store_false_keeps_nothing_and_a_corrupt_stored_file_is_ignored(corpus_run):
-    cfg = EvalConfig(DecodeConfig(beam=1))
-    eval_run.evaluate_run(corpus_run, limit=1, cfg=cfg, threads=1, quiet=True, store=False)
+def test_nothing_is_kept_unless_asked_and_a_corrupt_stored_file_is_ignored(corpus_run):
+    evaluate_run(corpus_run, request(limit=1), quiet=True)
     assert not (corpus_run / EVALS).exists()
     (corpus_run / EVALS).mkdir()
     (corpus_run / EVALS / "broken.json").write_text('{"key": 1')
@@ -225,12 +219,10 @@ def test_store_false_keeps_nothing_and_a_corrupt_stored_file_is_ignored(corpus_r
 
 
 def test_an_ensemble_of_a_run_with_itself_scores_as_the_run_and_is_not_kept(corpus_run):
-    cfg = EvalConfig(DecodeConfig(beam=2))
-    alone = eval_run.evaluate_run(corpus_run, limit=4, cfg=cfg, threads=1, quiet=True)
+    asked = request(limit=4, config=EvalConfig(DecodeConfig(beam=2)), device="auto")
+    alone = evaluate_run(corpus_run, asked, keep=True, quiet=True).report
     kept = set((corpus_run / EVALS).glob("*.json"))
-    both = eval_run.evaluate_run(
-        corpus_run, limit=4, cfg=cfg, threads=1, quiet=True, ensemble_with=[corpus_run]
-    )
+    both = evaluate_run(corpus_run, asked, keep=True, quiet=True, ensemble_with=[corpus_run]).report
     assert both.ensemble is not None and both.ensemble.runs == [str(corpus_run)] * 2
     assert (both.ensemble.greedy.bleu, both.ensemble.beam.bleu) == (
         alone.greedy.bleu,

@@ -1,6 +1,6 @@
 """Tests for tformer_cli.report.evaluation: the whole report on hand-built models (values
-worked out by hand in tests/report/test_exposure.py), the sanity checks of EXPOSURE_BIAS.md,
-the JSON round trip, and the `tformer eval` command."""
+worked out by hand in tests/report/test_exposure.py), the sanity checks of docs/exposure_bias.md,
+and the JSON round trip."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from tests.report.test_exposure import (
     oracle_stub,
 )
 from tformer_cli.config import DecodeConfig
+from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import EOS_ID, UNK_ID, decode, train_tokenizer
 from tformer_cli.report.evaluation import (
     EvalConfig,
-    EvalData,
     EvalReport,
     evaluate,
     render_report,
@@ -59,7 +59,7 @@ def rendered(report: EvalReport) -> str:
 def stub_report(tok):
     """The report of the bigram stub on GOLD (beam 2), and its hypotheses."""
     model = bigram_stub(tok.get_vocab_size())
-    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    data = Split(SOURCES, GOLD, text(tok, GOLD))
     return evaluate(model, tok, data, EvalConfig(DecodeConfig(beam=2), seed=5))
 
 
@@ -106,9 +106,7 @@ def test_bleu_sections_are_sacrebleu_on_the_expected_texts(stub_report, tok):
 def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
     src = [[4, 5, 6, 7, 8], [9, 10, 11, 12], [13, 4, 6, 8, 10, 12]]
     tgt = [s[::-1] for s in src]
-    report, hyps = evaluate(
-        oracle_stub(tok.get_vocab_size()), tok, EvalData(src, tgt, text(tok, tgt))
-    )
+    report, hyps = evaluate(oracle_stub(tok.get_vocab_size()), tok, Split(src, tgt, text(tok, tgt)))
     assert hyps == text(tok, tgt)
     assert report.exposure_gap.bleu_gap == 0.0
     assert report.greedy.exact_match == 1.0 and report.tf.acc == 1.0
@@ -119,7 +117,7 @@ def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
 
 
 def test_beam_1_reports_greedy_only(tok):
-    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    data = Split(SOURCES, GOLD, text(tok, GOLD))
     report, hyps = evaluate(
         bigram_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(beam=1))
     )
@@ -170,7 +168,7 @@ def unk_stub(vocab_size: int) -> StubModel:
 def test_generated_unk_tokens_are_counted_and_said_to_be_dropped(tok):
     """sacrebleu scores the text ``tformer translate`` prints, where ``<unk>`` is dropped;
     the report counts the ``<unk>`` tokens so a shorter output has a visible cause."""
-    data = EvalData(SOURCES, GOLD, text(tok, GOLD))
+    data = Split(SOURCES, GOLD, text(tok, GOLD))
     report, hyps = evaluate(unk_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(2)))
     assert hyps == text(tok, [[4]] * 4) and "<unk>" not in " ".join(hyps)
     for search in (report.greedy, report.beam):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from tformer_cli.checkpoint import RunConfig
@@ -21,7 +22,7 @@ from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report import runs
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.stored import EvalRequest, StoredEval, file_sha256, keep_eval
+from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import (
     collect_run,
     hold_run_lock,
@@ -31,6 +32,7 @@ from tformer_cli.report.runs import (
     read_log,
     show_runs,
 )
+from tformer_cli.report.stored import StoredEval, file_sha256, keep_eval
 
 
 def training_log(last_step: int = 100, valid_every: int = 50) -> list[dict]:
@@ -262,13 +264,12 @@ def test_runs_of_a_missing_folder_is_a_one_line_error(tmp_path):
 
 def test_test_bleu_comes_from_a_current_stored_eval(finished):
     config = RunConfig.load(finished)
-    request = EvalRequest(
-        file_sha256(finished / "model.pt"), config.train.data, (), None, None, config.train.seed,
-        "test", None, "fp32", "cpu", EvalConfig(DecodeConfig(beam=3)),
-    )  # fmt: skip
+    asked = EvalRequest(config=EvalConfig(DecodeConfig(beam=3)))  # the run's own test split
+    key = asked.key(finished, config, torch.device("cpu"), None)
+    assert key.model_sha256 == file_sha256(finished / "model.pt")
     report = {"greedy": {"bleu": 30.0}, "beam": {"bleu": 31.5, "beam": 3}}
     stored = StoredEval(
-        request.key, json.loads(json.dumps(dataclasses.asdict(request))),
+        key.digest, json.loads(json.dumps(dataclasses.asdict(key))),
         "2026-01-02T03:04:05+00:00", report, ["a"], ["a"], ["a"],
     )  # fmt: skip
     keep_eval(finished, stored)

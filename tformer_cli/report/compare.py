@@ -1,13 +1,13 @@
 """`tformer compare RUN_A RUN_B [...]`: runs side by side on the same test data.
 
-Collect: each run's ``tformer eval`` result on the data asked for, reused from ``RUN/evals/``
-when it is current (same model.pt bytes, data, split, limit and settings: ``EvalRequest``),
-otherwise evaluated now (and kept). Measure: every number of the report side by side with its
-difference to RUN_A, and for BLEU and chrF of each search, whether the difference is
-significant by sacrebleu's own paired tests (``sacrebleu.significance.PairedTest``): paired
-bootstrap resampling (Koehn 2004) and paired approximate randomization (Riezler & Maxwell
-2005), with their p-values. Render: rich tables, ``--json``, and with ``save`` the runs'
-training curves overlaid (``curves.py``).
+Collect: each run's ``tformer eval`` result on the data asked for (``EvalRequest``), reused
+from ``RUN/evals/`` when it is current (same model.pt bytes, data, split, limit and settings:
+``EvalKey``), otherwise evaluated now (and kept when asked). Measure: every number of the
+report side by side with its difference to RUN_A, and for BLEU and chrF of each search, whether
+the difference is significant by sacrebleu's own paired tests
+(``sacrebleu.significance.PairedTest``): paired bootstrap resampling (Koehn 2004) and paired
+approximate randomization (Riezler & Maxwell 2005), with their p-values. Render: rich tables,
+``--json``, and with ``save`` the runs' training curves overlaid (``curves.py``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolve_run
-from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_axis, check_picture, make_chart, run_series, save_chart
 from tformer_cli.report.eval_run import evaluate_run
-from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
-from tformer_cli.report.stored import StoredEval, eval_request, load_stored_eval
+from tformer_cli.report.stored import StoredEval, load_stored_eval
 
 ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
 N_BOOTSTRAP = 1000  # sacrebleu's defaults
@@ -49,45 +48,44 @@ class Scored:
     path: str
     reused: bool
     stored: StoredEval
+    kept: bool = False  # evaluated now, and the result kept in the run folder
 
 
 def score_run(
-    run_dir: Path,
-    *,
-    data: str | None,
-    src_lang: str | None,
-    tgt_lang: str | None,
-    split: str,
-    limit: int | None,
-    cfg: EvalConfig,
-    device: str,
-    precision: str | None,
-    threads: int,
-    err: Console,
-    quiet: bool,
+    run_dir: Path, request: EvalRequest, *, keep: bool, err: Console, quiet: bool
 ) -> tuple[bool, StoredEval]:
-    """The run's current stored result for these settings, else a new evaluation (kept)."""
+    """The run's current stored result for ``request``, else a new evaluation (kept with
+    ``keep``)."""
     config = RunConfig.load(run_dir)
-    dev = resolve_device(device)
-    dtype = resolve_precision(
-        precision or config.train.precision, dev, config.model.d_model, inference=True
-    )
-    request = eval_request(
-        run_dir, config, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split,
-        limit=limit, cfg=cfg, device=dev, dtype=dtype,
-    )  # fmt: skip
-    stored = load_stored_eval(run_dir, request)
+    stored = load_stored_eval(run_dir, request.key(run_dir, config, *request.placement(config)))
     if stored is not None:
         return True, stored
     if not quiet:
         err.print(f"evaluating {run_dir} (no current stored result)", markup=False)
-    got: list[StoredEval] = []
-    evaluate_run(
-        run_dir, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split, limit=limit,
-        cfg=cfg, device=device, precision=precision, threads=threads, console=err, quiet=quiet,
-        on_result=got.append,
-    )  # fmt: skip
-    return False, got[0]
+    return False, evaluate_run(run_dir, request, keep=keep, console=err, quiet=quiet).stored
+
+
+def collect(
+    runs: Sequence[Path],
+    request: EvalRequest,
+    keep: bool,
+    log: Console,
+    quiet: bool,
+    runs_dir: Path = RUNS_DIR,
+) -> list[Scored]:
+    """Every run scored on ``request``: each checked readable before any is evaluated
+    (minutes each)."""
+    paths = [resolve_run(r, runs_dir) for r in runs]
+    if len({p.resolve() for p in paths}) < len(paths):
+        raise TformerError("a run is named twice: compare different runs")
+    for path in paths:
+        RunConfig.load(path)
+        check_checkpoint(path / "model.pt")
+    scored = []
+    for name, path in zip(run_names(paths), paths, strict=True):
+        reused, stored = score_run(path, request, keep=keep, err=log, quiet=quiet)
+        scored.append(Scored(name, str(path), reused, stored, kept=keep and not reused))
+    return scored
 
 
 def run_names(paths: Sequence[Path]) -> list[str]:
@@ -294,7 +292,7 @@ def render_comparison(c: Comparison) -> Group:
             + (
                 f"stored result of {s.stored.created} (model.pt unchanged since)"
                 if s.reused
-                else "evaluated now (result kept)"
+                else f"evaluated now{' (result kept)' if s.kept else ''}"
             )
             for s in c.runs
         ),
@@ -410,16 +408,9 @@ def comparison_html(c: Comparison) -> str:
 def compare_runs(
     runs: Sequence[Path],
     console: Console,
+    request: EvalRequest | None = None,
     *,
-    data: str | None = None,
-    src_lang: str | None = None,
-    tgt_lang: str | None = None,
-    split: str = "test",
-    limit: int | None = None,
-    cfg: EvalConfig | None = None,
-    device: str = "auto",
-    precision: str | None = None,
-    threads: int = 0,
+    keep: bool = False,
     save: Path | None = None,
     x: str = "updates",
     as_json: bool = False,
@@ -429,29 +420,17 @@ def compare_runs(
     quiet: bool = False,
     runs_dir: Path = RUNS_DIR,
 ) -> Comparison:
-    """``tformer compare``: score every run on the same data (reusing current stored results),
-    print the comparison (tables, or JSON with ``as_json``), and with ``save`` write the runs'
-    curves overlaid (.svg, .html with the tables, .png). ``cfg``: as ``tformer eval``'s
-    (default ``EvalConfig()``: beam 5), so that its stored results are reused."""
+    """``tformer compare``: score every run on ``request`` (default ``EvalRequest()``: the
+    runs' own test split, beam 5, as `tformer eval`'s, so that its stored results are reused;
+    a run evaluated now has its result kept with ``keep``), print the comparison (tables, or
+    JSON with ``as_json``), and with ``save`` write the runs' curves overlaid over ``x`` (.svg,
+    .html with the tables, .png)."""
     if len(runs) < 2:
         raise TformerError("compare needs at least two runs")
     check_axis(x)
     check_picture(save)
     log = err or Console(stderr=True)
-    paths = [resolve_run(r, runs_dir) for r in runs]
-    if len({p.resolve() for p in paths}) < len(paths):
-        raise TformerError("a run is named twice: compare different runs")
-    for path in paths:  # each readable before any is evaluated (minutes each)
-        RunConfig.load(path)
-        check_checkpoint(path / "model.pt")
-    scored = []
-    for name, path in zip(run_names(paths), paths, strict=True):
-        reused, stored = score_run(
-            path, data=data, src_lang=src_lang, tgt_lang=tgt_lang, split=split, limit=limit,
-            cfg=cfg or EvalConfig(), device=device, precision=precision, threads=threads,
-            err=log, quiet=quiet,
-        )  # fmt: skip
-        scored.append(Scored(name, str(path), reused, stored))
+    scored = collect(runs, request or EvalRequest(), keep, log, quiet, runs_dir)
     if not quiet:
         log.print(
             f"paired tests: bootstrap ({n_bootstrap} resamples) and approximate randomization"

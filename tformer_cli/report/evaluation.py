@@ -1,13 +1,11 @@
 """Translation quality and the ``tformer eval`` report: sacrebleu BLEU/chrF of greedy and beam
 outputs, teacher-forced cross-entropy, perplexity and accuracy, and the exposure-bias sections
-(``exposure.py``; definitions in the design note EXPOSURE_BIAS.md).
+(``exposure.py``; definitions in docs/exposure_bias.md).
 
-``evaluate`` computes an ``EvalReport`` (frozen dataclasses, one per section; ``None`` where a
-metric has no defined value) that ``dataclasses.asdict`` turns into the ``--json`` file and
-``render_report`` into rich tables. ``evaluate_run`` also keeps each result, with both searches'
-outputs, in ``RUN/evals/<key>.json`` (``StoredEval``), keyed by what the numbers depend on
-(``EvalRequest``: the model file's bytes, the data, split, limit and settings), so that
-`tformer runs` shows test BLEU and `tformer compare` reuses a current result.
+``evaluate`` computes an ``EvalReport`` of a model on a ``Split`` (frozen dataclasses, one per
+section; ``None`` where a metric has no defined value) that ``EvalReport.to_dict`` turns into
+the ``--json`` file and ``render_report`` into rich tables. Evaluating a run folder, and keeping
+its result, is ``eval_run.py``'s.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sacrebleu
 import torch
@@ -28,6 +27,7 @@ from torch import nn
 
 from tformer_cli import __version__
 from tformer_cli.config import DecodeConfig
+from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import UNK_ID, decode
 from tformer_cli.decode.search import Models, describe, translate_sources
 from tformer_cli.device import autocast
@@ -207,6 +207,10 @@ class EvalReport:
     timing: Timing = field(compare=False)
     ensemble: Ensemble | None = None  # with other runs: the ensemble's searches
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every section as plain dicts, lists, strings and numbers, as ``--json`` writes them."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
 
 @dataclass(frozen=True)
 class Ensemble:
@@ -216,15 +220,6 @@ class Ensemble:
     runs: list[str]
     greedy: Search
     beam: Search | None
-
-
-@dataclass(frozen=True)
-class EvalData:
-    """Token ids without specials, and the raw reference text."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    refs: list[str]
 
 
 def search_scores(
@@ -255,7 +250,7 @@ Progress = Callable[[str, int], None]  # (stage, sentences done); n = 0 when a s
 def search_pass(
     models: Models,
     tokenizer: Tokenizer,
-    data: EvalData,
+    data: Split,
     dc: DecodeConfig,
     cfg: EvalConfig,
     compile: str,
@@ -279,7 +274,7 @@ def greedy_of(cfg: EvalConfig) -> DecodeConfig:
 
 
 def ensemble_scores(
-    models: list[nn.Module], tokenizer: Tokenizer, data: EvalData, cfg: EvalConfig, compile: str
+    models: list[nn.Module], tokenizer: Tokenizer, data: Split, cfg: EvalConfig, compile: str
 ) -> Ensemble:
     """Greedy and (if any) the second search of an ensemble of ``models``."""
     greedy, _ = search_pass(models, tokenizer, data, greedy_of(cfg), cfg, compile)
@@ -299,7 +294,7 @@ class Outputs:
 def evaluate(
     model: nn.Module,
     tokenizer: Tokenizer,
-    data: EvalData,
+    data: Split,
     cfg: EvalConfig = EvalConfig(),
     source: EvalSource = EvalSource(),
     skipped: int = 0,
@@ -375,7 +370,7 @@ def evaluate(
 
 def report_json(report: EvalReport) -> str:
     """The report as JSON: every number with the settings that produced it."""
-    return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -385,7 +380,7 @@ def counted(n: int, noun: str) -> str:
 
 
 def render_report(r: EvalReport) -> Group:
-    """The report as rich tables, in the order of EXPOSURE_BIAS.md (sections 1-6)."""
+    """The report as rich tables, in the order of docs/exposure_bias.md (sections 1-6)."""
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
     threads = f", {counted(s.threads, 'CPU thread')}" if s.device == "cpu" else ""

@@ -1,4 +1,4 @@
-"""Exposure-bias metrics (sections 3-6 of the design note EXPOSURE_BIAS.md), over token ids.
+"""Exposure-bias metrics (sections 3-6 of docs/exposure_bias.md), over token ids.
 
 Every teacher-forced (TF) pass here is one batched forward of the decoder on given inputs
 (``forced_pass``): the clean pass reads the gold prefix ``<s> y*``, the self-injected pass reads

@@ -44,10 +44,11 @@ from rich.text import Text
 from torch.overrides import TorchFunctionMode
 
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig
-from tformer_cli.config import ModelConfig
+from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
+from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import StoredEval, file_sha256, stored_evals
 
 try:
@@ -289,14 +290,17 @@ def latest_write(run_dir: Path) -> float:
     return max(times, default=run_dir.stat().st_mtime)
 
 
-def current_test_eval(run_dir: Path, data: str) -> StoredEval | None:
-    """The newest stored evaluation of the current model.pt on the run's own full test split."""
+def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
+    """The newest stored evaluation of the current model.pt on what ``EvalRequest()`` asks:
+    the run's own test split, whole."""
+    asked = EvalRequest()
+    data = asked.data_for(train)
     found = [
         s
         for s in stored_evals(run_dir)
-        if s.request.get("split") == "test"
-        and s.request.get("data") == data
-        and s.request.get("limit") is None
+        if s.request.get("split") == data.split
+        and s.request.get("data") == data.spec
+        and s.request.get("limit") == asked.limit
     ]
     if not found or not (run_dir / "model.pt").is_file():
         return None
@@ -313,14 +317,9 @@ def collect_run(run_dir: Path) -> RunInfo:
         ts = latest_write(run_dir)
     except OSError:
         ts = 0.0
-    base: dict[str, Any] = dict(
-        name=run_dir.name,
-        path=str(run_dir),
-        updated=datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
-        if ts
-        else None,
-        updated_ts=ts,
-    )
+    updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
+    info: dict[str, Any] = dict(name=run_dir.name, path=str(run_dir), updated=updated)
+    info["updated_ts"] = ts
     running = is_running(run_dir)
     pid = lock_holder(run_dir) if running else None
     try:
@@ -328,15 +327,30 @@ def collect_run(run_dir: Path) -> RunInfo:
     except TformerError as e:
         if running:  # before its config.json is written (tokenizer, data cache)
             return RunInfo(state="running", detail=running_detail(pid, "setting up"), pid=pid,
-                           **base)  # fmt: skip
-        return RunInfo(state="broken", detail=str(e), **base)
+                           **info)  # fmt: skip
+        return RunInfo(state="broken", detail=str(e), **info)
+    info.update(settings(config))
+    try:
+        records = read_log(run_dir)
+    except TformerError as e:
+        if running:
+            return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+        return RunInfo(state="broken", detail=str(e), **info)
+    end = stop_record(records)
+    info.update(progress(records, end), **scores_on_test(run_dir, config.train, end))
+    if running:
+        return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+    return RunInfo(**info, **stopped_state(run_dir, end))
+
+
+def settings(config: RunConfig) -> dict[str, Any]:
+    """The row's fields from ``config.json``."""
     m, t = config.model, config.train
     try:
         parameters: int | None = count_parameters(m)
     except Exception:  # a model this version cannot build: the rest of the row still holds
         parameters = None
-    info: dict[str, Any] = dict(
-        base,
+    return dict(
         data=t.data,
         src_lang=t.src_lang,
         tgt_lang=t.tgt_lang,
@@ -347,61 +361,63 @@ def collect_run(run_dir: Path) -> RunInfo:
         heads=m.h,
         precision=t.precision,
     )
-    try:
-        records = read_log(run_dir)
-    except TformerError as e:
-        if running:
-            return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
-        return RunInfo(state="broken", detail=str(e), **info)
+
+
+def progress(records: Sequence[dict[str, Any]], end: dict[str, Any]) -> dict[str, Any]:
+    """How far the log says the run got, its best validation, and how it stopped."""
     steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
     epochs = [r["epoch"] for r in records if isinstance(r.get("epoch"), int) and "loss" in r]
     valid = [r for r in records if isinstance(r.get("valid_bleu"), (int, float))]
     best = max(valid, key=lambda r: r["valid_bleu"], default=None)
-    end = stop_record(records)
-    info.update(
+    return dict(
         updates=max(steps, default=0),
         epochs=max(epochs, default=None),
         best_valid_bleu=None if best is None else float(best["valid_bleu"]),
         best_step=None if best is None else best.get("step"),
         stopped_by=end.get("stopped_by"),
     )
+
+
+def scores_on_test(run_dir: Path, train: TrainConfig, end: dict[str, Any]) -> dict[str, Any]:
+    """Test BLEU: from a current stored `tformer eval` result, else from the end of training."""
+    found: dict[str, Any] = {}
     if isinstance(end.get("test_bleu"), (int, float)):
-        info.update(test_bleu=float(end["test_bleu"]), test_bleu_from="train")
-    stored = current_test_eval(run_dir, t.data)
+        found.update(test_bleu=float(end["test_bleu"]), test_bleu_from="train")
+    stored = current_test_eval(run_dir, train)
     greedy = (stored.report.get("greedy") or {}) if stored is not None else {}
     if stored is not None and isinstance(greedy.get("bleu"), (int, float)):
         beam = stored.report.get("beam") or {}
-        info.update(
+        found.update(
             test_bleu=float(greedy["bleu"]),
             test_bleu_from="eval",
             test_beam_bleu=beam.get("bleu"),
             test_beam=beam.get("beam"),
         )
+    return found
+
+
+def stopped_state(run_dir: Path, end: dict[str, Any]) -> dict[str, Any]:
+    """The state of a run no process holds: finished, interrupted or broken, with the detail
+    (and for an interrupted run that ``--resume`` continues, that command)."""
     has_model = (run_dir / "model.pt").is_file()
     finished = is_stopping_rule(end.get("stopped_by")) or "test_bleu" in end
-    if running:
-        return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
     if has_model and not zipfile.is_zipfile(run_dir / "model.pt"):  # torch.save writes a zip
-        return RunInfo(
-            state="broken", detail="model.pt is corrupt (not a whole checkpoint)", **info
-        )
+        return dict(state="broken", detail="model.pt is corrupt (not a whole checkpoint)")
     try:  # what translate and eval read beside model.pt
         load_tokenizer(run_dir / "tokenizer.json")
     except TformerError as e:
-        return RunInfo(state="broken", detail=str(e).replace(f"{run_dir}/", ""), **info)
+        return dict(state="broken", detail=str(e).replace(f"{run_dir}/", ""))
     if finished and has_model:
-        return RunInfo(state="finished", detail=str(end.get("stopped_by") or "finished"), **info)
+        return dict(state="finished", detail=str(end.get("stopped_by") or "finished"))
     if finished:
-        return RunInfo(state="broken", detail="finished, but model.pt is missing", **info)
+        return dict(state="broken", detail="finished, but model.pt is missing")
     how = "Ctrl-C" if str(end.get("stopped_by", "")).startswith("interrupted") else "killed"
     if not (run_dir / "last.pt").is_file() and has_model:  # --resume would refuse: no progress
         how += f", last.pt gone (train on: tformer train --init-from {run_dir})"
-        return RunInfo(state="interrupted", detail=how, **info)
+        return dict(state="interrupted", detail=how)
     if not (run_dir / "last.pt").is_file():
         how += " before its first save (resumes from step 0)"
-    return RunInfo(
-        state="interrupted", detail=how, resume=f"tformer train --resume {run_dir}", **info
-    )
+    return dict(state="interrupted", detail=how, resume=f"tformer train --resume {run_dir}")
 
 
 def running_detail(pid: int | None, doing: str = "training") -> str:

@@ -1,5 +1,5 @@
 """Kept evaluations: each ``tformer eval`` result in ``RUN/evals/<key>.json`` (``StoredEval``),
-with both searches' outputs, keyed by what its numbers depend on (``EvalRequest``: the model
+with both searches' outputs, keyed by what its numbers depend on (``EvalKey``: the model
 file's bytes, the data, split, limit and settings), so that `tformer runs` shows test BLEU and
 `tformer compare` reuses a current result.
 """
@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-from tformer_cli.checkpoint import RunConfig
-from tformer_cli.data.corpus import FILES, PARALLEL_FILES, absolute_data
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.report.evaluation import EvalConfig
@@ -39,7 +37,7 @@ def file_sha256(path: Path) -> str:
 
 
 @dataclass(frozen=True)
-class EvalRequest:
+class EvalKey:
     """What an evaluation's numbers depend on, so what its stored result is keyed by: the
     weights (SHA-256 of model.pt), the data (spec, languages, plain files, and the run's seed,
     which carves missing splits), split, limit, precision, device type and every ``EvalConfig``
@@ -59,48 +57,10 @@ class EvalRequest:
     config: EvalConfig
 
     @property
-    def key(self) -> str:
+    def digest(self) -> str:
+        """The stored result's name, ``RUN/evals/<digest>.json``."""
         text = json.dumps(dataclasses.asdict(self), sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-
-
-def eval_request(
-    run_dir: Path,
-    config: RunConfig,
-    *,
-    data: str | None,
-    src_lang: str | None,
-    tgt_lang: str | None,
-    split: str,
-    limit: int | None,
-    cfg: EvalConfig,
-    device: torch.device,
-    dtype: torch.dtype | None,
-    src_file: Path | None = None,
-    tgt_file: Path | None = None,
-) -> EvalRequest:
-    """The request of evaluating ``run_dir`` as ``evaluate_run`` does (default data and
-    languages: the run's own; ``src_file``/``tgt_file``: those pairs); hashes model.pt."""
-    train = config.train
-    if src_file is not None and tgt_file is not None:
-        spec, files = FILES, tuple(str(Path(f).resolve()) for f in (src_file, tgt_file))
-    elif data is None:
-        spec, files = train.data, tuple(getattr(train, name) for name in PARALLEL_FILES)
-    else:
-        spec, files = absolute_data(data), ()
-    return EvalRequest(
-        file_sha256(run_dir / "model.pt"),
-        spec,
-        files if any(files) else (),
-        src_lang or train.src_lang,
-        tgt_lang or train.tgt_lang,
-        train.seed,
-        split,
-        limit,
-        "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
-        device.type,
-        cfg,
-    )
 
 
 @dataclass(frozen=True)
@@ -110,7 +70,7 @@ class StoredEval:
     left out), so that paired significance tests need no new decoding."""
 
     key: str
-    request: dict[str, Any]  # EvalRequest as JSON
+    request: dict[str, Any]  # its EvalKey as JSON
     created: str  # local time, ISO 8601
     report: dict[str, Any]
     greedy: list[str]
@@ -156,9 +116,9 @@ def stored_evals(run_dir: Path) -> list[StoredEval]:
     return sorted(kept, key=lambda s: datetime.fromisoformat(s.created).timestamp(), reverse=True)
 
 
-def load_stored_eval(run_dir: Path, request: EvalRequest) -> StoredEval | None:
-    """The stored result of exactly ``request`` (so of the current model.pt), if kept."""
-    stored = read_stored_eval(stored_eval_path(run_dir, request.key))
-    if stored is None or stored.key != request.key:
+def load_stored_eval(run_dir: Path, key: EvalKey) -> StoredEval | None:
+    """The stored result of exactly ``key`` (so of the current model.pt), if kept."""
+    stored = read_stored_eval(stored_eval_path(run_dir, key.digest))
+    if stored is None or stored.key != key.digest:
         return None
-    return stored if stored.model_sha256 == request.model_sha256 else None
+    return stored if stored.model_sha256 == key.model_sha256 else None

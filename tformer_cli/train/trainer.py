@@ -52,6 +52,7 @@ from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch, make_batch, padding_waste, token_batches
 from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
+from tformer_cli.data.split import Split, fits_positions
 from tformer_cli.data.tokenizer import decode, load_tokenizer
 from tformer_cli.decode.search import translate_ids
 from tformer_cli.device import (
@@ -86,15 +87,6 @@ from tformer_cli.train.scheduled_sampling import (
 
 LOG_EVERY = 25  # steps between log.jsonl lines
 MAX_NONFINITE = 5  # updates in a row with a non-finite loss or gradient that stop the run
-
-
-@dataclass
-class Split:
-    """An encoded split: token ids without specials, and the raw target text for BLEU."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    refs: list[str]
 
 
 @dataclass
@@ -315,7 +307,7 @@ def prepare(
                 )
         else:
             longest = max_positions - 1  # room for </s> (source) or <s> (target)
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) <= longest]
+            keep = fits_positions(src, tgt, max_positions)
             if src and not keep:
                 raise TformerError(
                     f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
