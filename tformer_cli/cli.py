@@ -749,13 +749,14 @@ def inspect_attention(
     and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
+    from tformer_cli.report.attention.view import AttentionRequest
     from tformer_cli.report.attention.view import inspect_attention as run_inspect
 
-    run_inspect(
-        text, model, out, err, beam=beam, kind=kind, layer=layer, head=head, save=save,
-        json_path=json_out, align=align, align_sentences=align_sentences, device=device,
-        precision=precision,
+    request = AttentionRequest(
+        kind=kind, layer=layer, head=head, beam=beam, align=align,
+        align_sentences=align_sentences, device=device, precision=precision,
     )  # fmt: skip
+    run_inspect(text, model, request, out, err, save=save, json_path=json_out)
 
 
 # ---------------------------------------------------------------------------- eval

@@ -21,19 +21,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-import torch
 from rich.console import Console
 
 from tformer_cli import __version__
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
-from tformer_cli.data.tokenizer import EOS_ID, encode
-from tformer_cli.decode.search import format_translations, search, translate_texts
-from tformer_cli.device import inference, precision_name
+from tformer_cli.data.tokenizer import encode
+from tformer_cli.decode.search import format_translations, translate_texts
+from tformer_cli.device import precision_name
 from tformer_cli.errors import TformerError
-from tformer_cli.report.attention.maps import KINDS, inspect_pair
+from tformer_cli.report.attention.maps import KINDS
 from tformer_cli.report.attention.render import to_json
-from tformer_cli.report.attention.view import summary_rows
+from tformer_cli.report.attention.view import attend, summary_rows
 
 try:
     import uvicorn
@@ -82,12 +81,7 @@ class Job:
 def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, Any]:
     """What ``tformer inspect-attention --json`` writes for ``text``: every kind's weights with
     their token labels, and the per-head summary of cross-attention."""
-    src_ids = encode(run.tokenizer, [text])[0]
-    with inference(run.device, run.dtype):
-        src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
-        best = search(run.model, src, dataclasses.replace(cfg, nbest=1))[0][0]
-        targets = best.tokens + [EOS_ID] * best.finished
-        maps = inspect_pair(run.model, run.tokenizer, text, src_ids, targets)
+    maps = attend(run, text, cfg)
     return json.loads(to_json(maps, summary_rows(maps, "cross")))
 
 

@@ -61,45 +61,50 @@ def evaluate_run(
     quiet: bool = False,
 ) -> Evaluation:
     """``tformer eval``: load ``run`` (default: the newest) and the split of ``request``
-    (default: ``EvalRequest()``, the run's own test split),
-    evaluate it, and, with other runs ``ensemble_with`` (sharing this one's tokenizer), score
-    their ensemble too (``EvalReport.ensemble``). Nothing is written unless asked: ``keep``,
-    the result in ``RUN/evals/<key>.json`` (for `tformer runs` and `tformer compare`; never an
-    ensemble's; a run folder that cannot be written gets a note, not an error); ``json_path``,
-    the report; ``hyp_path``, the hypotheses."""
+    (default: ``EvalRequest()``, the run's own test split), evaluate it, and, with other runs
+    ``ensemble_with`` (sharing this one's tokenizer), score their ensemble too
+    (``EvalReport.ensemble``). Nothing is written unless asked: ``keep``, the result in
+    ``RUN/evals/<key>.json`` (for `tformer runs` and `tformer compare`; never an ensemble's; a
+    run folder that cannot be written gets a note, not an error); ``json_path``, the report;
+    ``hyp_path``, the hypotheses."""
     request = request or EvalRequest()
     request.check()
     start, log = time.perf_counter(), console or Console(stderr=True)
-    run_dir = resolve_run(run)
-    precision = request.precision_for(RunConfig.load(run_dir))
-    loaded = load_run(run_dir, request.device, precision, request.compile)
-    use_threads(request.threads)
+    # load: the run, its split encoded, the pairs the model can read, the result's key
+    loaded = load_for(run, request)
     data = request.data_for(loaded.config.train)
     split = encode_split(loaded.tokenizer, read_pairs(data, request, log, quiet))
     kept = fitting_pairs(split, loaded.config.model.max_positions)
-    key = request.key(run_dir, loaded.config, loaded.device, loaded.dtype)
-    source = EvalSource(
-        str(run_dir), data.name, data.split, data.src_lang, data.tgt_lang, request.limit,
-        str(loaded.device), precision_name(loaded.device, loaded.dtype), torch.get_num_threads(),
-    )  # fmt: skip
+    key = request.key(loaded.run_dir, loaded.config, loaded.device, loaded.dtype)
     load = time.perf_counter() - start
+    # evaluate: the run alone, then with the others as an ensemble
     scored, skipped = split.select(kept), len(split.src) - len(kept)
+    source = eval_source(loaded, data, request)
     report, outputs = score_split(loaded, scored, skipped, request, source, log, quiet)
     timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
     report = dataclasses.replace(report, timing=timing)
     if ensemble_with:
         report = with_ensemble(report, loaded, scored, request, ensemble_with)
-    lines = [""] * len(split.src)  # a line per pair, in order: a skipped pair's is empty
-    for i, hyp in zip(kept, outputs.beam or outputs.greedy, strict=True):
-        lines[i] = hyp
-    evaluation = Evaluation(report, stored_result(key, report, outputs, scored.refs), lines)
+    # write what was asked for
+    hyps = per_pair(len(split.src), kept, outputs.beam or outputs.greedy)
+    evaluation = Evaluation(report, stored_result(key, report, outputs, scored.refs), hyps)
     if keep and report.ensemble is None:
-        keep_result(run_dir, evaluation.stored, log, quiet)
+        keep_result(loaded.run_dir, evaluation.stored, log, quiet)
     if json_path is not None:
         atomic_write_text(json_path, report_json(report))
     if hyp_path is not None:
-        atomic_write_text(hyp_path, "".join(f"{line}\n" for line in lines))
+        atomic_write_text(hyp_path, "".join(f"{line}\n" for line in hyps))
     return evaluation
+
+
+def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
+    """The run (default: the newest) on the request's device and precision (default: the
+    run's training precision), with the request's CPU threads."""
+    run_dir = resolve_run(run)
+    precision = request.precision_for(RunConfig.load(run_dir))
+    loaded = load_run(run_dir, request.device, precision, request.compile)
+    use_threads(request.threads)
+    return loaded
 
 
 def use_threads(threads: int) -> None:
@@ -144,6 +149,22 @@ def fitting_pairs(split: Split, max_positions: int) -> list[int]:
             f" {max_positions - 1} tokens"
         )
     return kept
+
+
+def eval_source(run: LoadedRun, data: DataChoice, request: EvalRequest) -> EvalSource:
+    """What the report says was evaluated, and where."""
+    return EvalSource(
+        str(run.run_dir), data.name, data.split, data.src_lang, data.tgt_lang, request.limit,
+        str(run.device), precision_name(run.device, run.dtype), torch.get_num_threads(),
+    )  # fmt: skip
+
+
+def per_pair(n: int, kept: Sequence[int], hyps: Sequence[str]) -> list[str]:
+    """A line per pair of the split, in order: the hypothesis, or empty for a skipped pair."""
+    lines = [""] * n
+    for i, hyp in zip(kept, hyps, strict=True):
+        lines[i] = hyp
+    return lines
 
 
 def score_split(

@@ -7,13 +7,15 @@ drawing in ``render``.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from torch import Tensor
 
-from tformer_cli.checkpoint import load_run
+from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import EOS_ID, encode
@@ -143,90 +145,119 @@ PICTURES = (".svg", ".html", ".htm", ".png")
 ALIGNED = "\naligned: share of gold-aligned target words whose strongest source word is aligned"
 
 
+@dataclass(frozen=True)
+class AttentionRequest:
+    """What `tformer inspect-attention` shows of a run: the panels (``kind``; ``layer`` and
+    ``head``, numbers from 1 or ``last``/``all``/``mean``) of the translation that ``beam``
+    finds (1: greedy), with, for cross-attention of a run trained on toy, each head's alignment
+    accuracy on ``align_sentences`` toy test sentences (``align``); where the run is loaded
+    (``device``, ``precision``)."""
+
+    kind: str = "cross"
+    layer: str = "last"
+    head: str = "all"
+    beam: int = 1
+    align: bool = True
+    align_sentences: int = 200
+    device: str = "auto"
+    precision: str = "fp32"
+
+
+def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
+    """Translate ``text`` (the best hypothesis of ``cfg``'s search) and collect every
+    attention map of that pair: what `tformer inspect-attention` and `tformer serve` show."""
+    src_ids = encode(run.tokenizer, [text])[0]
+    if not src_ids:
+        raise TformerError("nothing to translate: the text is empty")
+    if len(src_ids) + 1 > run.model.cfg.max_positions:
+        raise TformerError(  # counted with </s>, as translate and serve count
+            f"the text has {len(src_ids) + 1} tokens; this model reads at most"
+            f" {run.model.cfg.max_positions}"
+        )
+    with inference(run.device, run.dtype):
+        src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
+        best = search(run.model, src, dataclasses.replace(cfg, nbest=1))[0][0]
+        targets = best.tokens + [EOS_ID] * best.finished
+        return inspect_pair(run.model, run.tokenizer, text, src_ids, targets)
+
+
+def alignment(run: LoadedRun, request: AttentionRequest) -> tuple[AlignmentScore | None, str]:
+    """Each cross-attention head's alignment accuracy on the toy test split (only for runs
+    trained on toy), or ``None`` with a note saying why not."""
+    if not request.align or request.kind != "cross":
+        return None, ""
+    if run.config.train.data != "toy":
+        return None, "alignment accuracy needs gold word alignments: only runs trained on toy"
+    pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", request.align_sentences)
+    with inference(run.device, run.dtype):
+        score = alignment_accuracy(run.model, run.tokenizer, pairs, links)
+    if score.words == 0:
+        return None, "alignment accuracy: no test pair's subwords map to its words"
+    li, hi = score.best()
+    return score, (
+        f"best aligned head: layer {li + 1} head {hi + 1}, "
+        f"{score.accuracy[li, hi]:.1%} of {score.words} gold-aligned target words "
+        f"({score.crossing[li, hi]:.1%} of {score.crossing_words} with crossing links) "
+        f"on {score.sentences} toy test sentences"
+    )
+
+
 def inspect_attention(
     text: str,
     model_dir: Path | None,
+    request: AttentionRequest,
     out: Console,
     err: Console,
     *,
-    beam: int = 1,
-    kind: str = "cross",
-    layer: str = "last",
-    head: str = "all",
     save: Path | None = None,
     json_path: Path | None = None,
-    align: bool = True,
-    align_sentences: int = 200,
-    device: str = "auto",
-    precision: str = "fp32",
 ) -> None:
     """``tformer inspect-attention``: translate, print the heatmap(s) and the per-head summary,
-    and write the picture and JSON asked for. Bad options fail before any work."""
-
+    and write the picture (``save``: .svg, .html or .png) and JSON asked for. Bad options fail
+    before any work."""
+    kind = request.kind
     if kind not in KINDS:
         raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
     if save is not None and save.suffix.lower() not in PICTURES:
         raise TformerError(f"--save {save}: use a .svg, .html or .png file name")
     if save is not None and save.suffix.lower() == ".png":
         render.require_matplotlib()
-    run = load_run(model_dir, device, precision)
-    model, tok = run.model, run.tokenizer
-    n_layers = len(model.encoder if kind == "encoder" else model.decoder)
-    check_selection(kind, layer, head, n_layers, model.cfg.h)
-    src_ids = encode(tok, [text])[0]
-    if not src_ids:
-        raise TformerError("nothing to translate: the text is empty")
-    if len(src_ids) + 1 > model.cfg.max_positions:
-        raise TformerError(  # counted with </s>, as translate and serve count
-            f"the text has {len(src_ids) + 1} tokens; this model reads at most"
-            f" {model.cfg.max_positions}"
-        )
-    with inference(run.device, run.dtype):
-        src = torch.tensor([[*src_ids, EOS_ID]], device=run.device)  # (1, S)
-        cfg = DecodeConfig(beam=beam, alpha=run.config.train.beam_alpha)  # the run's penalty
-        best = search(model, src, cfg, use_cache=True)[0][0]
-        maps = inspect_pair(model, tok, text, src_ids, best.tokens + [EOS_ID] * best.finished)
-    score, note = None, ""
-    if align and kind == "cross":
-        if run.config.train.data == "toy":
-            pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", align_sentences)
-            with inference(run.device, run.dtype):
-                score = alignment_accuracy(model, tok, pairs, links)
-            if score.words == 0:
-                score, note = None, "alignment accuracy: no test pair's subwords map to its words"
-        else:
-            note = "alignment accuracy needs gold word alignments: only runs trained on toy"
+    run = load_run(model_dir, request.device, request.precision)
+    n_layers = len(run.model.encoder if kind == "encoder" else run.model.decoder)
+    check_selection(kind, request.layer, request.head, n_layers, run.model.cfg.h)
+    cfg = DecodeConfig(beam=request.beam, alpha=run.config.train.beam_alpha)  # the run's penalty
+    maps = attend(run, text, cfg)
+    score, note = alignment(run, request)
     rows = summary_rows(maps, kind, score)
-    search_name = "greedy" if beam == 1 else f"beam {beam}, best hypothesis"
+    search_name = "greedy" if request.beam == 1 else f"beam {request.beam}, best hypothesis"
     out.print(f"source: {maps.source}", markup=False)
     out.print(f"translation ({search_name}): {maps.translation}", markup=False)
     out.print()
-    view = select(maps, kind, layer, head, None if score is None else score.accuracy)
+    accuracy = None if score is None else score.accuracy
+    view = select(maps, kind, request.layer, request.head, accuracy)
     color = out.color_system in ("256", "truecolor") and not out.no_color  # 16 colours: shades
     out.print(render.render_terminal(view, out.width, color))
     out.print()
     best_head = score.best() if score is not None else None
     out.print(render.summary_table(rows, kind, best_head, out.width))
-    if score is not None and best_head is not None:
-        li, hi = best_head
-        note = (
-            f"best aligned head: layer {li + 1} head {hi + 1}, "
-            f"{score.accuracy[li, hi]:.1%} of {score.words} gold-aligned target words "
-            f"({score.crossing[li, hi]:.1%} of {score.crossing_words} with crossing links) "
-            f"on {score.sentences} toy test sentences"
-        )
     if note:
         out.print(note, markup=False)
     if save is not None:
-        if save.suffix.lower() == ".png":
-            atomic_write(save, lambda tmp: render.to_png(view, tmp, maps.source, maps.translation))
-        elif save.suffix.lower() == ".svg":
-            legend = note + (ALIGNED if score is not None else "")
-            atomic_write_text(save, render.to_svg(view, maps.source, maps.translation, legend))
-        else:
-            atomic_write_text(save, render.to_html(view, maps.source, maps.translation, rows, note))
+        save_view(save, view, maps, rows, note + (ALIGNED if score is not None else ""), note)
         err.print(f"wrote {save}", markup=False, highlight=False)
     if json_path is not None:
         extra = {"alignment_note": note} if note else {}
         atomic_write_text(json_path, render.to_json(maps, rows, extra))
         err.print(f"wrote {json_path}", markup=False, highlight=False)
+
+
+def save_view(
+    path: Path, view: View, maps: AttentionMaps, rows: list[HeadRow], legend: str, note: str
+) -> None:
+    """The picture: .png (matplotlib), .svg (with ``legend``) or .html (with the summary)."""
+    if path.suffix.lower() == ".png":
+        atomic_write(path, lambda tmp: render.to_png(view, tmp, maps.source, maps.translation))
+    elif path.suffix.lower() == ".svg":
+        atomic_write_text(path, render.to_svg(view, maps.source, maps.translation, legend))
+    else:
+        atomic_write_text(path, render.to_html(view, maps.source, maps.translation, rows, note))
