@@ -281,6 +281,20 @@ def test_test_bleu_comes_from_a_current_stored_eval(finished):
     assert (info.test_bleu, info.test_bleu_from, info.test_beam_bleu) == (12.5, "train", None)
 
 
+@pytest.mark.parametrize("asked", [{"limit": 3}, {"split": "valid"}, {"data": "other.tsv"}])
+def test_test_bleu_ignores_a_stored_eval_of_other_data_or_part_of_the_test_split(finished, asked):
+    config = RunConfig.load(finished)
+    key = EvalRequest(**asked).key(finished, config, torch.device("cpu"), None)
+    report = {"greedy": {"bleu": 30.0}, "beam": None}
+    stored = StoredEval(
+        key.digest, json.loads(json.dumps(dataclasses.asdict(key))),
+        "2026-01-02T03:04:05+00:00", report, ["a"], None, ["a"],
+    )  # fmt: skip
+    keep_eval(finished, stored)
+    info = collect_run(finished)
+    assert (info.test_bleu, info.test_bleu_from) == (12.5, "train")
+
+
 def test_config_with_other_settings_still_collects(runs_dir, make_run):
     run_dir, model = make_run(runs_dir / "ss")
     train = TrainConfig(device="cpu", precision="bf16", scheduled_sampling="linear")
