@@ -562,7 +562,7 @@ def read_inputs(
 ) -> tuple[Iterable[str], int | None] | None:
     """The texts to translate and their count if known: the arguments, the lines of a file
     (``-``: stdin) or of piped stdin, read as they come; ``None``: ask on the terminal."""
-    from tformer_cli.decode.search import check_arguments, count_lines, file_lines, read_lines
+    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
 
     if texts and file is not None:
         raise TformerError("give sentences or --file, not both")
@@ -661,13 +661,13 @@ def translate(
     a terminal with nothing given it asks for sentences one by one.
     """
     from tformer_cli.checkpoint import load_runs
-    from tformer_cli.decode.search import (
+    from tformer_cli.decode.streams import (
         format_translations,
         save_translations,
         translate_chunks,
-        translate_texts,
         write_translations,
     )
+    from tformer_cli.decode.translate import translate_texts
     from tformer_cli.device import oom_hint
 
     if greedy and (sample or mbr):

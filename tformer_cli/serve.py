@@ -28,7 +28,9 @@ from tformer_cli import __version__
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID, encode
-from tformer_cli.decode.search import format_translations, search, translate_texts
+from tformer_cli.decode.search import search
+from tformer_cli.decode.streams import format_translations
+from tformer_cli.decode.translate import translate_texts
 from tformer_cli.device import inference, precision_name
 from tformer_cli.errors import TformerError
 from tformer_cli.report.attention.maps import KINDS, inspect_pair

@@ -45,7 +45,8 @@ from tformer_cli.data.corpus import (
     load_corpus,
 )
 from tformer_cli.data.tokenizer import UNK_ID, decode, encode
-from tformer_cli.decode.search import Models, describe, translate_sources
+from tformer_cli.decode.search import Models
+from tformer_cli.decode.translate import describe, translate_sources
 from tformer_cli.device import autocast, free_cores, inference, precision_name, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
