@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from tests.decode.conftest import random_sources
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode import reference
 from tformer_cli.decode.search import (
     Rows,
     beam_search,
@@ -32,21 +32,6 @@ def as_src(sources: list[list[int]]) -> torch.Tensor:
     return pad([[*s, EOS_ID] for s in sources])
 
 
-def naive_greedy(model: Transformer, src_row: list[int], limit: int) -> tuple[list[int], bool]:
-    """Argmax over the whole prefix recomputed each step, one sentence, no cache."""
-    src = torch.tensor([[*src_row, EOS_ID]])
-    y = [BOS_ID]
-    with torch.no_grad():
-        for _ in range(limit):
-            logits = model(src, torch.tensor([y]))[0, -1]
-            logits[[PAD_ID, BOS_ID]] = -math.inf
-            nxt = int(logits.argmax())
-            if nxt == EOS_ID:
-                return y[1:], True
-            y.append(nxt)
-    return y[1:], False
-
-
 def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finished) -> float:
     """Sum of log-softmax of the tokens (+ ``</s>`` when finished) given the gold prefix."""
     gold = [*tokens, EOS_ID] if finished else list(tokens)
@@ -57,10 +42,6 @@ def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finis
     return float(sum(logp[t, g] for t, g in enumerate(gold)))
 
 
-def limit_of(src_row: list[int], cfg: DecodeConfig) -> int:
-    return int(cfg.max_len_a * (len(src_row) + 1) + cfg.max_len_b)
-
-
 # ---------------------------------------------------------------------------- greedy
 def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
     hyps = greedy_search(trained_model, as_src(random_sources(8, seed=2)), CFG)
@@ -68,11 +49,19 @@ def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
     assert len({len(h.tokens) for h in hyps if h.finished}) >= 3
 
 
-def test_greedy_equals_a_naive_argmax_loop(trained_model):
+@pytest.mark.parametrize("which", ["trained", "random"])
+@pytest.mark.parametrize("cfg", [CFG, DecodeConfig(min_len=3, max_len_a=0.5, max_len_b=4)])
+def test_greedy_equals_the_reference_loop(trained_model, tiny_model, which, cfg):
+    """The batched, cached search against ``reference.greedy_search``: one sentence at a time,
+    the whole prefix decoded again each step."""
+    model = trained_model if which == "trained" else tiny_model(seed=8)
     sources = random_sources(6, seed=3)
-    hyps = greedy_search(trained_model, as_src(sources), CFG)
-    for s, h in zip(sources, hyps, strict=True):
-        assert (h.tokens, h.finished) == naive_greedy(trained_model, s, limit_of(s, CFG))
+    for use_cache in (True, False):
+        hyps = greedy_search(model, as_src(sources), cfg, use_cache=use_cache)
+        for s, h in zip(sources, hyps, strict=True):
+            ref = reference.greedy_search(model, s, cfg)
+            assert (h.tokens, h.finished) == (ref.tokens, ref.finished)
+            assert h.logprob == pytest.approx(ref.logprob, abs=1e-4)
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
@@ -163,6 +152,27 @@ def test_beam_size_one_equals_greedy(trained_model):
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        DecodeConfig(beam=2, nbest=2, alpha=0.0, max_len_a=1.0, max_len_b=3),
+        DecodeConfig(beam=3, nbest=3, alpha=0.6, max_len_a=1.0, max_len_b=3),
+        DecodeConfig(beam=4, nbest=2, alpha=1.0, min_len=2, max_len_a=0.5, max_len_b=4),
+    ],
+)
+def test_beam_equals_the_reference_loop(trained_model, tiny_model, which, cfg):
+    """The batched, cached beam against ``reference.beam_search`` (lists, one sentence, the
+    whole prefix decoded again each step): the same n-best lists, in order, the same scores."""
+    model = trained_model if which == "trained" else tiny_model(seed=9)
+    sources = random_sources(5, seed=11)
+    for s, nbest in zip(sources, beam_search(model, as_src(sources), cfg), strict=True):
+        ref = reference.beam_search(model, s, cfg)
+        assert [(h.tokens, h.finished) for h in nbest] == [(h.tokens, h.finished) for h in ref]
+        assert [h.score for h in nbest] == pytest.approx([h.score for h in ref], abs=1e-5)
+        assert [h.logprob for h in nbest] == pytest.approx([h.logprob for h in ref], abs=1e-4)
+
+
+@pytest.mark.parametrize("which", ["trained", "random"])
 def test_beam_with_cache_equals_beam_without_cache(trained_model, tiny_model, which):
     model = trained_model if which == "trained" else tiny_model(seed=5)
     src = as_src(random_sources(5, seed=8))
@@ -194,31 +204,6 @@ def test_beam_scores_are_teacher_forced_logprob_over_gnmt_penalty(trained_model)
             assert h.logprob == pytest.approx(expected, abs=1e-4)
             n = len(h.tokens) + h.finished  # |Y| counts </s>
             assert h.score == pytest.approx(h.logprob / ((5 + n) / 6) ** 0.6, abs=1e-5)
-
-
-def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model):
-    """Vocabulary <pad> <unk> <s> </s> w: two generable words (<unk>, w) and a limit of 3.
-    A beam of 12 keeps every prefix, so its 15-best list must be all 15 candidates (finished
-    ones and those cut at the limit), ranked by logprob / lp(|Y|), each logprob from a
-    teacher-forced pass."""
-    model = tiny_model(seed=6, vocab_size=5)
-    cfg = DecodeConfig(beam=12, nbest=15, alpha=0.6, max_len_a=0.0, max_len_b=3)
-    src_row = [4, 1, 4]
-    ((*found,),) = beam_search(model, as_src([src_row]), cfg)
-    candidates = []
-    for n in range(3):
-        for words in itertools.product([1, 4], repeat=n):
-            candidates.append((list(words), True))
-    candidates += [(list(w), False) for w in itertools.product([1, 4], repeat=3)]
-    assert len(candidates) == 15
-    reference = []
-    for tokens, finished in candidates:
-        lp = teacher_forced_logprob(model, src_row, tokens, finished)
-        reference.append((lp / ((5 + len(tokens) + finished) / 6) ** 0.6, tokens, finished))
-    reference.sort(key=lambda r: -r[0])
-    assert len(found) == 15
-    assert sorted((h.tokens, h.finished) for h in found) == sorted((r[1], r[2]) for r in reference)
-    assert [h.score for h in found] == pytest.approx([r[0] for r in reference], abs=1e-5)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
