@@ -30,7 +30,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID, encode
 from tformer_cli.decode.search import search
 from tformer_cli.decode.streams import format_translations
-from tformer_cli.decode.translate import translate_texts
+from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import inference, precision_name
 from tformer_cli.errors import TformerError
 from tformer_cli.report.attention.maps import KINDS, inspect_pair
@@ -150,7 +150,7 @@ class Batcher:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
             else:
                 texts = [t for j in group for t in j.texts]
-                results = translate_texts(self.run, texts, group[0].cfg, self.max_tokens)
+                results = translate_texts(self.run, texts, group[0].cfg, Batching(self.max_tokens))
                 lines = format_translations(results, "json")
                 answers, start = [], 0
                 for job in group:

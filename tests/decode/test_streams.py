@@ -151,7 +151,9 @@ def test_any_text_gives_one_output_line_per_input_line_or_a_one_line_error(
     cfg = DecodeConfig(max_len_a=0.0, max_len_b=1)
     try:
         count = write_translations(
-            translate_chunks(run, read_lines(io.BytesIO(data), "stdin"), cfg, chunk_size),
+            translate_chunks(
+                run, read_lines(io.BytesIO(data), "stdin"), cfg, chunk_size=chunk_size
+            ),
             out,
             "plain",
         )

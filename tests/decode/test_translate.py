@@ -8,14 +8,14 @@ import pytest
 from tests.decode.test_search import CFG, as_src
 from tformer_cli.decode.reference import Hypothesis
 from tformer_cli.decode.search import greedy_search
-from tformer_cli.decode.translate import mbr_rerank, translate_ids
+from tformer_cli.decode.translate import Batching, mbr_rerank, translate_ids
 from tformer_cli.errors import TformerError
 
 
 @pytest.mark.parametrize("max_tokens", [8, 4096])
 def test_translate_ids_returns_results_in_input_order(trained_model, max_tokens):
     sources = [[4, 5, 6, 7, 8, 9], [10], [11, 12, 13], [4, 4], [5, 6, 7, 8, 9, 10, 11], [12, 13]]
-    results = translate_ids(trained_model, sources, CFG, max_tokens=max_tokens)
+    results = translate_ids(trained_model, sources, CFG, Batching(max_tokens=max_tokens))
     assert len(results) == len(sources)
     for s, r in zip(sources, results, strict=True):
         (alone,) = greedy_search(trained_model, as_src([s]), CFG)

@@ -12,7 +12,7 @@ from typing import BinaryIO
 from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode.search import DEFAULT
-from tformer_cli.decode.translate import TextTranslation, translate_texts
+from tformer_cli.decode.translate import BATCHING, Batching, TextTranslation, translate_texts
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write
 
@@ -74,10 +74,9 @@ def translate_chunks(
     run: LoadedRun | Sequence[LoadedRun],
     lines: Iterable[str],
     cfg: DecodeConfig = DEFAULT,
+    batching: Batching = BATCHING,
+    *,
     chunk_size: int = 2000,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> Iterator[list[TextTranslation]]:
     """``translate_texts`` of ``chunk_size`` lines at a time (each chunk sorted by length into
@@ -86,9 +85,7 @@ def translate_chunks(
     lines = iter(lines)
     first = 1
     while chunk := list(itertools.islice(lines, chunk_size)):
-        yield translate_texts(
-            run, chunk, cfg, max_tokens, use_cache, max_sentences, on_batch, first
-        )
+        yield translate_texts(run, chunk, cfg, batching, on_batch=on_batch, first=first)
         first += len(chunk)
 
 

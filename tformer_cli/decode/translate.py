@@ -23,6 +23,21 @@ from tformer_cli.errors import TformerError
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How sources are batched and decoded, which leaves the translations as they are (up to
+    rounding): at most ``max_tokens`` source tokens and ``max_sentences`` sentences (None: any
+    number) per batch, sorted by length; ``use_cache`` False decodes the whole prefix again at
+    every step instead of reading the KV cache (slow; for teaching and comparison)."""
+
+    max_tokens: int = 4096
+    max_sentences: int | None = None
+    use_cache: bool = True
+
+
+BATCHING = Batching()
+
+
+@dataclass(frozen=True)
 class Translation:
     """The n-best hypotheses of one input, and the decoding time of its batch per sentence."""
 
@@ -30,13 +45,23 @@ class Translation:
     seconds: float
 
 
+def check_lengths(lengths: list[int], limit: int, first: int) -> None:
+    """An error naming the first source longer than ``limit`` tokens, ``</s>`` included, by
+    its number counted from ``first``."""
+    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
+    if too_long is not None:
+        raise TformerError(
+            f"input {first + too_long} has {lengths[too_long]} tokens;"
+            f" this model reads at most {limit}"
+        )
+
+
 def translate_ids(
     model: Models,
     sources: Sequence[Sequence[int]],
     cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
+    batching: Batching = BATCHING,
+    *,
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
     compile: str = "auto",
@@ -46,7 +71,8 @@ def translate_ids(
     A source longer than the model's positions (``</s>`` included) is an error naming it by
     its number, counted from ``first``: nothing is cut off silently.
 
-    ``on_batch(n)`` is called after each batch of n sentences (for progress bars);
+    ``batching``: how the sources are batched (``Batching``); ``on_batch(n)`` is called after
+    each batch of n sentences (for progress bars);
     ``compile``: how the decode step runs (``DecodeStep``). Samples (``cfg.sampling``) are
     drawn from one generator seeded with ``cfg.seed``: the same inputs, batches and device give
     the same samples.
@@ -55,23 +81,19 @@ def translate_ids(
     device = next(models[0].parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
     lengths = [len(s) + 1 for s in sources]
-    limit = min(m.cfg.max_positions for m in models)
-    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
-    if too_long is not None:
-        raise TformerError(
-            f"input {first + too_long} has {lengths[too_long]} tokens;"
-            f" this model reads at most {limit}"
-        )
+    check_lengths(lengths, min(m.cfg.max_positions for m in models), first)
     empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
     results = [None if s else empty for s in sources]
     real = [i for i, s in enumerate(sources) if s]
     if on_batch is not None and len(real) < len(sources):
         on_batch(len(sources) - len(real))
-    for sub in token_batches([lengths[i] for i in real], max_tokens, max_sentences=max_sentences):
+    for sub in token_batches(
+        [lengths[i] for i in real], batching.max_tokens, max_sentences=batching.max_sentences
+    ):
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        nbest = search(models, src, cfg, use_cache, compile, generator)
+        nbest = search(models, src, cfg, batching.use_cache, compile, generator)
         seconds = (time.perf_counter() - start) / len(batch)
         for i, hyps in zip(batch, nbest, strict=True):
             results[i] = Translation(hyps, seconds)
@@ -135,9 +157,8 @@ def translate_sources(
     tokenizer: Tokenizer,
     sources: Sequence[Sequence[int]],
     cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
+    batching: Batching = BATCHING,
+    *,
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
     compile: str = "auto",
@@ -146,7 +167,7 @@ def translate_sources(
     minimum Bayes risk choice among ``cfg.mbr`` candidates first (``cfg.nbest`` kept)."""
     search_cfg = mbr_candidates(cfg) if cfg.mbr else cfg
     results = translate_ids(
-        models, sources, search_cfg, max_tokens, use_cache, max_sentences, on_batch, first, compile
+        models, sources, search_cfg, batching, on_batch=on_batch, first=first, compile=compile
     )
     out = []
     for r in results:
@@ -162,9 +183,8 @@ def translate_texts(
     run: LoadedRun | Sequence[LoadedRun],
     texts: Sequence[str],
     cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
+    batching: Batching = BATCHING,
+    *,
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
 ) -> list[TextTranslation]:
@@ -175,9 +195,10 @@ def translate_texts(
     lead = runs[0]
     with inference(lead.device, lead.dtype):
         sources = encode(lead.tokenizer, texts)
+        models = [r.model for r in runs]
         results = translate_sources(
-            [r.model for r in runs], lead.tokenizer, sources, cfg, max_tokens, use_cache,
-            max_sentences, on_batch, first, lead.compile,
+            models, lead.tokenizer, sources, cfg, batching,
+            on_batch=on_batch, first=first, compile=lead.compile,
         )  # fmt: skip
     return [
         TextTranslation(text, out, r.hypotheses, r.seconds)

@@ -46,7 +46,7 @@ from tformer_cli.data.corpus import (
 )
 from tformer_cli.data.tokenizer import UNK_ID, decode, encode
 from tformer_cli.decode.search import Models
-from tformer_cli.decode.translate import describe, translate_sources
+from tformer_cli.decode.translate import Batching, describe, translate_sources
 from tformer_cli.device import autocast, free_cores, inference, precision_name, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
@@ -282,7 +282,7 @@ def search_pass(
     """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts."""
     begin = time.perf_counter()
     out = translate_sources(
-        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), cfg.max_tokens,
+        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), Batching(cfg.max_tokens),
         on_batch=on_batch, compile=compile,
     )  # fmt: skip
     tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>
