@@ -138,16 +138,15 @@ def survivors(
     the live ones: None to keep them all (the live ones fill the same bucket, or their count is
     still on its way from the GPU); else the live ones, the last repeated to fill their bucket,
     and the mask of the repeats, both (R',): empty when none is live, and the search ends."""
-    none_left = alive.new_zeros(0, dtype=torch.long), alive.new_zeros(0)
     live = count(alive)
     if live == 0:
-        return none_left
+        return alive.new_zeros(0, dtype=torch.long), alive.new_zeros(0)
     if live is None or bucket(live) == alive.numel():
         return None
     live_rows = alive.nonzero().flatten()  # (n,)
     n = live_rows.numel()
     if n == 0:
-        return none_left
+        return live_rows, alive.new_zeros(0)
     if bucket(n) >= alive.numel():
         return None
     keep = padded_to(live_rows, bucket(n))  # (R',)
