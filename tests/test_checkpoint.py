@@ -25,7 +25,7 @@ from tformer_cli.checkpoint import (
     save_checkpoint,
 )
 from tformer_cli.config import ModelConfig, TrainConfig
-from tformer_cli.decode.search import translate_ids
+from tformer_cli.decode.translate import translate_ids
 from tformer_cli.errors import TformerError
 
 

@@ -210,7 +210,7 @@ def test_ctrl_c_while_the_command_starts_up_is_one_word_and_exit_130():
 
 
 def test_running_out_of_memory_is_one_line_naming_the_size(tmp_path, make_run, monkeypatch):
-    from tformer_cli.decode import search
+    from tformer_cli.decode import streams
 
     def out_of_memory(*args, **kwargs):
         raise RuntimeError(
@@ -218,7 +218,7 @@ def test_running_out_of_memory_is_one_line_naming_the_size(tmp_path, make_run, m
             " memory: you tried to allocate 2867200000000 bytes. Error code 12"
         )
 
-    monkeypatch.setattr(search, "translate_chunks", out_of_memory)
+    monkeypatch.setattr(streams, "translate_chunks", out_of_memory)
     run_dir, _ = make_run(tmp_path / "run")
     result = invoke("translate", "red cat", "--model", str(run_dir), "--device", "cpu")
     assert_clean_error(result, "out of memory (tried to allocate 2867200000000 bytes): try")
@@ -637,7 +637,7 @@ def test_beam_search_takes_the_runs_beam_alpha_unless_alpha_is_given(
     import dataclasses
 
     from tformer_cli.checkpoint import RunConfig
-    from tformer_cli.decode import search
+    from tformer_cli.decode import streams
 
     runs = [make_run(tmp_path / name)[0] for name in ("a", "b")]
     for run, alpha in zip(runs, (1.3, 0.2), strict=True):
@@ -646,9 +646,9 @@ def test_beam_search_takes_the_runs_beam_alpha_unless_alpha_is_given(
             run
         )
     seen: list[float] = []
-    real = search.translate_chunks
+    real = streams.translate_chunks
     monkeypatch.setattr(
-        search, "translate_chunks", lambda run, lines, cfg, *a, **k: (
+        streams, "translate_chunks", lambda run, lines, cfg, *a, **k: (
             seen.append(cfg.alpha), real(run, lines, cfg, *a, **k))[1],
     )  # fmt: skip
     for options in ([], ["--alpha", "0.4"]):

@@ -28,7 +28,8 @@ from tformer_cli.cli import app as cli_app
 from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.tokenizer import PAD_ID, encode, save_tokenizer, train_tokenizer
-from tformer_cli.decode.search import format_translations, translate_texts
+from tformer_cli.decode.streams import format_translations
+from tformer_cli.decode.translate import translate_texts
 from tformer_cli.model import Transformer
 from tformer_cli.serve import Limits, create_app
 

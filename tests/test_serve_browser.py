@@ -26,7 +26,7 @@ from tests.conftest import REPO
 from tests.test_serve import shared_run
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
-from tformer_cli.decode.search import translate_texts
+from tformer_cli.decode.translate import translate_texts
 from tformer_cli.serve import attention_record, create_app
 
 BROWSERS = ("chromium", "google-chrome", "chromium-browser")  # Debian's first

@@ -562,7 +562,7 @@ def read_inputs(
 ) -> tuple[Iterable[str], int | None] | None:
     """The texts to translate and their count if known: the arguments, the lines of a file
     (``-``: stdin) or of piped stdin, read as they come; ``None``: ask on the terminal."""
-    from tformer_cli.decode.search import check_arguments, count_lines, file_lines, read_lines
+    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
 
     if texts and file is not None:
         raise TformerError("give sentences or --file, not both")
@@ -661,13 +661,13 @@ def translate(
     a terminal with nothing given it asks for sentences one by one.
     """
     from tformer_cli.checkpoint import load_runs
-    from tformer_cli.decode.search import (
+    from tformer_cli.decode.streams import (
         format_translations,
         save_translations,
         translate_chunks,
-        translate_texts,
         write_translations,
     )
+    from tformer_cli.decode.translate import Batching, translate_texts
     from tformer_cli.device import oom_hint
 
     if greedy and (sample or mbr):
@@ -693,15 +693,15 @@ def translate(
             except EOFError:  # Ctrl-D: end the prompt's line
                 err.print()
                 return
-            result = translate_texts(run, [line], cfg, use_cache=not no_cache)
+            result = translate_texts(run, [line], cfg, Batching(use_cache=not no_cache))
             out.print(format_translations(result, style)[0], markup=False)
     lines, total = inputs
     few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
     with make_progress("translate", err, disable=quiet or few) as progress, oom_hint(max_tokens):
         task = progress.add_task("translate", total=total, info="")
         chunks = translate_chunks(
-            run, lines, cfg, chunk_size, max_tokens, not no_cache, batch_size,
-            on_batch=lambda n: progress.advance(task, n),
+            run, lines, cfg, Batching(max_tokens, batch_size, not no_cache),
+            chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n),
         )  # fmt: skip
         if output is not None:
             count = save_translations(output, chunks, style)

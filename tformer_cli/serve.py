@@ -27,7 +27,8 @@ from tformer_cli import __version__
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import encode
-from tformer_cli.decode.search import format_translations, translate_texts
+from tformer_cli.decode.streams import format_translations
+from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import precision_name
 from tformer_cli.errors import TformerError
 from tformer_cli.report.attention.maps import KINDS
@@ -142,7 +143,7 @@ class Batcher:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
             else:
                 texts = [t for j in group for t in j.texts]
-                results = translate_texts(self.run, texts, group[0].cfg, self.max_tokens)
+                results = translate_texts(self.run, texts, group[0].cfg, Batching(self.max_tokens))
                 lines = format_translations(results, "json")
                 answers, start = [], 0
                 for job in group:

@@ -1,44 +1,27 @@
 """Tests for tformer_cli.decode.search: greedy and beam search against naive references, the cache,
-batching, input order, the length limit, and scores recomputed by a teacher-forced pass; and the
-translation of text streams in chunks (line splitting, UTF-8 errors, one output line per line)."""
+batching, the length limit, scores recomputed by a teacher-forced pass, sampling and ensembles."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import itertools
-import json
-import math
-import re
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.decode.conftest import random_sources
-from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode import reference
 from tformer_cli.decode.search import (
-    Hypothesis,
     Rows,
-    TextTranslation,
     beam_search,
-    check_arguments,
-    count_lines,
-    format_translations,
     greedy_search,
     max_lengths,
-    mbr_rerank,
-    read_lines,
     search,
-    translate_chunks,
-    translate_ids,
-    translate_texts,
-    write_translations,
 )
+from tformer_cli.decode.translate import translate_ids
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 
@@ -47,21 +30,6 @@ CFG = DecodeConfig(max_len_a=1.0, max_len_b=3)
 
 def as_src(sources: list[list[int]]) -> torch.Tensor:
     return pad([[*s, EOS_ID] for s in sources])
-
-
-def naive_greedy(model: Transformer, src_row: list[int], limit: int) -> tuple[list[int], bool]:
-    """Argmax over the whole prefix recomputed each step, one sentence, no cache."""
-    src = torch.tensor([[*src_row, EOS_ID]])
-    y = [BOS_ID]
-    with torch.no_grad():
-        for _ in range(limit):
-            logits = model(src, torch.tensor([y]))[0, -1]
-            logits[[PAD_ID, BOS_ID]] = -math.inf
-            nxt = int(logits.argmax())
-            if nxt == EOS_ID:
-                return y[1:], True
-            y.append(nxt)
-    return y[1:], False
 
 
 def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finished) -> float:
@@ -74,10 +42,6 @@ def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finis
     return float(sum(logp[t, g] for t, g in enumerate(gold)))
 
 
-def limit_of(src_row: list[int], cfg: DecodeConfig) -> int:
-    return int(cfg.max_len_a * (len(src_row) + 1) + cfg.max_len_b)
-
-
 # ---------------------------------------------------------------------------- greedy
 def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
     hyps = greedy_search(trained_model, as_src(random_sources(8, seed=2)), CFG)
@@ -85,11 +49,19 @@ def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
     assert len({len(h.tokens) for h in hyps if h.finished}) >= 3
 
 
-def test_greedy_equals_a_naive_argmax_loop(trained_model):
+@pytest.mark.parametrize("which", ["trained", "random"])
+@pytest.mark.parametrize("cfg", [CFG, DecodeConfig(min_len=3, max_len_a=0.5, max_len_b=4)])
+def test_greedy_equals_the_reference_loop(trained_model, tiny_model, which, cfg):
+    """The batched, cached search against ``reference.greedy_search``: one sentence at a time,
+    the whole prefix decoded again each step."""
+    model = trained_model if which == "trained" else tiny_model(seed=8)
     sources = random_sources(6, seed=3)
-    hyps = greedy_search(trained_model, as_src(sources), CFG)
-    for s, h in zip(sources, hyps, strict=True):
-        assert (h.tokens, h.finished) == naive_greedy(trained_model, s, limit_of(s, CFG))
+    for use_cache in (True, False):
+        hyps = greedy_search(model, as_src(sources), cfg, use_cache=use_cache)
+        for s, h in zip(sources, hyps, strict=True):
+            ref = reference.greedy_search(model, s, cfg)
+            assert (h.tokens, h.finished) == (ref.tokens, ref.finished)
+            assert h.logprob == pytest.approx(ref.logprob, abs=1e-4)
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
@@ -112,28 +84,6 @@ def test_batched_greedy_equals_one_sentence_at_a_time(trained_model):
         (alone,) = greedy_search(trained_model, as_src([s]), CFG)
         assert (alone.tokens, alone.finished) == (h.tokens, h.finished)
         assert alone.logprob == pytest.approx(h.logprob, abs=1e-4)
-
-
-@pytest.mark.parametrize("max_tokens", [8, 4096])
-def test_translate_ids_returns_results_in_input_order(trained_model, max_tokens):
-    sources = [[4, 5, 6, 7, 8, 9], [10], [11, 12, 13], [4, 4], [5, 6, 7, 8, 9, 10, 11], [12, 13]]
-    results = translate_ids(trained_model, sources, CFG, max_tokens=max_tokens)
-    assert len(results) == len(sources)
-    for s, r in zip(sources, results, strict=True):
-        (alone,) = greedy_search(trained_model, as_src([s]), CFG)
-        assert r.hypotheses[0].tokens == alone.tokens
-
-
-def test_a_blank_input_gets_an_empty_translation_and_the_others_keep_their_places(
-    trained_model,
-):
-    sources = [[4, 5, 6], [], [10, 11]]
-    done: list[int] = []
-    results = translate_ids(trained_model, sources, CFG, on_batch=done.append)
-    assert results[1].hypotheses[0].tokens == [] and sum(done) == 3
-    for i in (0, 2):
-        (alone,) = greedy_search(trained_model, as_src([sources[i]]), CFG)
-        assert results[i].hypotheses[0].tokens == alone.tokens
 
 
 def test_greedy_logprob_equals_teacher_forced_sum(trained_model):
@@ -192,15 +142,6 @@ def test_greedy_never_generates_pad_or_bos(tiny_model):
     assert tokens and PAD_ID not in tokens and BOS_ID not in tokens
 
 
-def test_source_longer_than_max_positions_is_an_error_naming_it(tiny_model):
-    """Never cut silently: the error names the input (counted from ``first``) and its length."""
-    model = tiny_model(seed=7, max_positions=8)
-    assert len(translate_ids(model, [[4] * 7], CFG)[0].hypotheses[0].tokens) <= 7  # 8 fit
-    message = "input 12 has 13 tokens; this model reads at most 8"
-    with pytest.raises(TformerError, match=f"^{message}$"):
-        translate_ids(model, [[4, 5], [4] * 12], CFG, first=11)
-
-
 # ---------------------------------------------------------------------------- beam
 def test_beam_size_one_equals_greedy(trained_model):
     src = as_src(random_sources(6, seed=7))
@@ -208,6 +149,27 @@ def test_beam_size_one_equals_greedy(trained_model):
     beam = beam_search(trained_model, src, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3))
     assert [b[0].tokens for b in beam] == [g.tokens for g in greedy]
     assert [b[0].logprob for b in beam] == pytest.approx([g.logprob for g in greedy], abs=1e-4)
+
+
+@pytest.mark.parametrize("which", ["trained", "random"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        DecodeConfig(beam=2, nbest=2, alpha=0.0, max_len_a=1.0, max_len_b=3),
+        DecodeConfig(beam=3, nbest=3, alpha=0.6, max_len_a=1.0, max_len_b=3),
+        DecodeConfig(beam=4, nbest=2, alpha=1.0, min_len=2, max_len_a=0.5, max_len_b=4),
+    ],
+)
+def test_beam_equals_the_reference_loop(trained_model, tiny_model, which, cfg):
+    """The batched, cached beam against ``reference.beam_search`` (lists, one sentence, the
+    whole prefix decoded again each step): the same n-best lists, in order, the same scores."""
+    model = trained_model if which == "trained" else tiny_model(seed=9)
+    sources = random_sources(5, seed=11)
+    for s, nbest in zip(sources, beam_search(model, as_src(sources), cfg), strict=True):
+        ref = reference.beam_search(model, s, cfg)
+        assert [(h.tokens, h.finished) for h in nbest] == [(h.tokens, h.finished) for h in ref]
+        assert [h.score for h in nbest] == pytest.approx([h.score for h in ref], abs=1e-5)
+        assert [h.logprob for h in nbest] == pytest.approx([h.logprob for h in ref], abs=1e-4)
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
@@ -244,31 +206,6 @@ def test_beam_scores_are_teacher_forced_logprob_over_gnmt_penalty(trained_model)
             assert h.score == pytest.approx(h.logprob / ((5 + n) / 6) ** 0.6, abs=1e-5)
 
 
-def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model):
-    """Vocabulary <pad> <unk> <s> </s> w: two generable words (<unk>, w) and a limit of 3.
-    A beam of 12 keeps every prefix, so its 15-best list must be all 15 candidates (finished
-    ones and those cut at the limit), ranked by logprob / lp(|Y|), each logprob from a
-    teacher-forced pass."""
-    model = tiny_model(seed=6, vocab_size=5)
-    cfg = DecodeConfig(beam=12, nbest=15, alpha=0.6, max_len_a=0.0, max_len_b=3)
-    src_row = [4, 1, 4]
-    ((*found,),) = beam_search(model, as_src([src_row]), cfg)
-    candidates = []
-    for n in range(3):
-        for words in itertools.product([1, 4], repeat=n):
-            candidates.append((list(words), True))
-    candidates += [(list(w), False) for w in itertools.product([1, 4], repeat=3)]
-    assert len(candidates) == 15
-    reference = []
-    for tokens, finished in candidates:
-        lp = teacher_forced_logprob(model, src_row, tokens, finished)
-        reference.append((lp / ((5 + len(tokens) + finished) / 6) ** 0.6, tokens, finished))
-    reference.sort(key=lambda r: -r[0])
-    assert len(found) == 15
-    assert sorted((h.tokens, h.finished) for h in found) == sorted((r[1], r[2]) for r in reference)
-    assert [h.score for h in found] == pytest.approx([r[0] for r in reference], abs=1e-5)
-
-
 @pytest.mark.parametrize("beam", [1, 3])
 def test_min_len_forbids_eos_before_it_and_forced_lengths_equal_min_len(tiny_model, beam):
     model = tiny_model()
@@ -278,144 +215,6 @@ def test_min_len_forbids_eos_before_it_and_forced_lengths_equal_min_len(tiny_mod
         assert all(len(h.tokens) == 6 and not h.finished for h in nbest)
     free = search(model, src, DecodeConfig(beam=beam, min_len=2, max_len_a=0, max_len_b=12))
     assert all(len(h.tokens) >= 2 or not h.finished for nbest in free for h in nbest)
-
-
-# ---------------------------------------------------------------------------- text streams
-@pytest.fixture
-def run(tmp_path, make_run, monkeypatch) -> LoadedRun:
-    """A tiny untrained run (word-level vocabulary of ``WORDS``), loaded on one CPU thread."""
-    monkeypatch.setenv("TFORMER_THREADS", "1")
-    run_dir, _ = make_run(tmp_path / "run")
-    return load_run(run_dir, "cpu")
-
-
-GREEDY = DecodeConfig(max_len_a=0.0, max_len_b=2)
-
-
-def lines_of(data: bytes, name: str = "in") -> list[str]:
-    return list(read_lines(io.BytesIO(data), name))
-
-
-def test_read_lines_splits_on_newline_only_and_drops_crlf_and_a_leading_bom():
-    data = "\ufeffa\u2028b\x85c\r\n\x0cd\x1c\r\ne\rf\n\ufeffg".encode()
-    assert lines_of(data) == ["a\u2028b\x85c", "\x0cd\x1c", "e\rf", "\ufeffg"]
-    assert lines_of(b"") == [] and lines_of(b"\n") == [""] and lines_of(b"x\n\n") == ["x", ""]
-    assert lines_of(b"\xef\xbb\xbf") == [] and lines_of(b"\xef\xbb\xbf\n") == [""]
-
-
-def test_read_lines_names_the_line_that_is_not_utf8():
-    lines = read_lines(io.BytesIO(b"fine\nder hund\xff sieht\nnever read\n"), "stdin")
-    assert next(lines) == "fine"
-    message = "stdin line 2 is not valid UTF-8 (invalid start byte at byte 9)"
-    with pytest.raises(TformerError, match=f"^{re.escape(message)}$"):
-        next(lines)
-
-
-@pytest.mark.parametrize(
-    "data",
-    [b"", b"a", b"a\n", b"a\r\n\nb", b"\n\n", b"\xef\xbb\xbf", b"\xef\xbb\xbf\n", b"\xef\xbb\xbfa"],
-)
-def test_count_lines_agrees_with_read_lines(tmp_path, data):
-    path = tmp_path / "in.txt"
-    path.write_bytes(data)
-    assert count_lines(path) == len(lines_of(data))
-
-
-def test_command_line_arguments_with_undecodable_bytes_are_an_error():
-    assert check_arguments(["der hund", "\u2028"]) == ["der hund", "\u2028"]
-    with pytest.raises(TformerError, match="argument 2 is not valid UTF-8"):
-        check_arguments(["der hund", "die katze\udcff"])  # how Python keeps the byte 0xff
-
-
-def test_a_translation_holding_line_breaks_is_written_on_one_line():
-    """A run's tokenizer.json may be any Hugging Face tokenizer; a byte-level one decodes
-    newlines. Plain, scores and n-best output keep one line per input (JSON escapes them)."""
-    hyp = Hypothesis([4], -1.0, -1.0)
-    results = [TextTranslation("x", ["a\nb\r\nc\rd\u2028e"], [hyp], 0.0)]
-    for style in ("plain", "scores", "nbest", "json"):
-        (line,) = format_translations(results, style)
-        assert "\n" not in line and "\r" not in line
-    assert format_translations(results, "plain") == ["a b c d\u2028e"]
-
-
-@pytest.mark.parametrize("chunk_size", [1, 2, 100])
-def test_translate_chunks_equals_translating_everything_at_once(run, chunk_size):
-    texts = ["red cat", "one two three four", "", "big dog", "small bird red"]
-    chunks = list(translate_chunks(run, iter(texts), GREEDY, chunk_size=chunk_size))
-    assert [len(c) for c in chunks] == [min(chunk_size, 5 - i) for i in range(0, 5, chunk_size)]
-    whole = translate_texts(run, texts, GREEDY)
-    got = [r for chunk in chunks for r in chunk]
-    assert [r.source for r in got] == texts
-    assert [r.translations for r in got] == [r.translations for r in whole]
-
-
-def test_translate_chunks_reads_no_further_than_the_chunk_it_translates(run):
-    read: list[str] = []
-
-    def lines():
-        for text in ["red cat", "blue dog", "one", "two", "three"]:
-            read.append(text)
-            yield text
-
-    chunks = translate_chunks(run, lines(), GREEDY, chunk_size=2)
-    assert len(next(chunks)) == 2 and read == ["red cat", "blue dog"]
-    assert len(next(chunks)) == 2 and len(read) == 4
-
-
-def test_write_translations_flushes_each_chunk_and_numbers_inputs_globally(run):
-    flushed: list[bytes] = []
-
-    class Recorder(io.BytesIO):
-        def flush(self) -> None:
-            flushed.append(self.getvalue())
-
-    out = Recorder()
-    chunks = translate_chunks(run, ["red", "cat", "dog"], GREEDY, chunk_size=2)
-    assert write_translations(chunks, out, "json") == 3
-    assert [v.count(b"\n") for v in flushed] == [2, 3]
-    assert [json.loads(line)["index"] for line in out.getvalue().splitlines()] == [0, 1, 2]
-
-
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(
-    lines=st.lists(
-        st.one_of(
-            st.text(max_size=30),
-            st.sampled_from(["red cat", " big  dog\t", "\u2028", "\x85", "\r", "\x0c", "\ufeff"]),
-        ),
-        max_size=6,
-    ),
-    end=st.sampled_from(["", "\n", "\r\n"]),
-    chunk_size=st.integers(1, 4),
-)
-def test_any_text_gives_one_output_line_per_input_line_or_a_one_line_error(
-    run, lines, end, chunk_size
-):
-    """What ``tformer translate`` does with stdin, in-process: any valid UTF-8 text, control
-    characters and Unicode separators included, translates to exactly one line per
-    ``\\n``-terminated input line, or stops with a one-line ``TformerError`` (which the CLI
-    prints as ``Error: ...``); no other exception."""
-    data = ("\n".join(lines) + end if lines else "").encode("utf-8")
-    text = data.removeprefix(b"\xef\xbb\xbf")  # a leading byte order mark is no text
-    expected = text.count(b"\n") + (not text.endswith(b"\n") if text else 0)
-    out = io.BytesIO()
-    cfg = DecodeConfig(max_len_a=0.0, max_len_b=1)
-    try:
-        count = write_translations(
-            translate_chunks(run, read_lines(io.BytesIO(data), "stdin"), cfg, chunk_size),
-            out,
-            "plain",
-        )
-    except TformerError as e:
-        assert "\n" not in str(e)
-        return
-    assert count == expected
-    assert out.getvalue().count(b"\n") == expected
-    assert out.getvalue().endswith(b"\n") or not expected
 
 
 # ---------------------------------------------------------------------------- sampling, MBR, ense
@@ -452,18 +251,6 @@ def test_sampled_scores_are_the_models_own_logprob(trained_model):
             with torch.inference_mode():
                 lp = trained_model(row[None], y).log_softmax(-1).gather(2, gold[..., None]).sum()
             assert h.logprob == pytest.approx(float(lp), abs=1e-4) or not h.finished
-
-
-def test_mbr_over_one_candidate_or_identical_ones_returns_it():
-    one = [Hypothesis([5], -1.0, -1.0)]
-    texts, hyps = mbr_rerank(["der hund ."], one, "chrf")
-    assert texts == ["der hund ."] and hyps[0].logprob == -1.0  # the model's, kept
-    three = [Hypothesis([i], -i, -i) for i in range(3)]
-    texts, hyps = mbr_rerank(["a b", "a b", "a b"], three, "bleu")
-    assert texts == ["a b"] * 3 and [h.tokens for h in hyps] == [[0], [1], [2]]
-    texts, hyps = mbr_rerank(["q w e r", "a b c", "a b c"], three, "chrf")  # the consensus
-    assert texts[0] == "a b c" and hyps[0].tokens == [1] and hyps[-1].tokens == [0]
-    assert hyps[0].score == max(h.score for h in hyps)
 
 
 def test_an_ensemble_of_one_run_is_the_run_and_of_a_run_with_itself_gives_its_tokens(

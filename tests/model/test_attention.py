@@ -12,7 +12,9 @@ from tformer_cli.model.attention import (
     MultiHeadAttention,
     attention,
     causal_mask,
+    fold_beams,
     padding_mask,
+    unfold_beams,
 )
 
 INF = float("inf")
@@ -219,6 +221,15 @@ def test_cross_attention_shares_memory_kv_across_beams(record):
 def filled_slots(t: int, span: int) -> torch.Tensor:
     """The additive mask (1, span) of a query at slot t over a buffer of ``span`` slots."""
     return torch.zeros(1, span).masked_fill(torch.arange(span) > t, float("-inf"))
+
+
+def test_fold_beams_makes_a_sentences_beams_its_query_rows_and_unfold_undoes_it():
+    q = torch.randn(6, 2, 3, 4)  # 3 sentences x 2 beams (sentence-major), h 2, T 3, d_k 4
+    folded = fold_beams(q, 2)
+    assert folded.shape == (3, 2, 6, 4)
+    assert torch.equal(folded[1, :, :3], q[2]) and torch.equal(folded[1, :, 3:], q[3])
+    assert torch.equal(unfold_beams(folded, 2), q)
+    assert fold_beams(q, 1) is q and unfold_beams(q, 1) is q
 
 
 def test_cached_self_attention_writes_keys_in_place_and_matches_full_pass():

@@ -12,7 +12,7 @@ from tests.train.test_trainer import quiet_console, run, train_cfg
 from tformer_cli.checkpoint import RunConfig, load_run, load_state
 from tformer_cli.cli import app
 from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
-from tformer_cli.decode.search import translate_texts
+from tformer_cli.decode.translate import translate_texts
 from tformer_cli.train.trainer import Trainer
 
 runner = CliRunner()

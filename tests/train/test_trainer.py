@@ -508,7 +508,7 @@ def test_cuda_training_resumes_and_its_run_translates_on_cpu(tmp_path, tiny_corp
     """On a GPU: a run trained on CUDA (the device's precision: bf16 autocast or tf32) resumes
     there, stays finite, and its model.pt translates on CPU like any other run."""
     from tformer_cli.checkpoint import load_run
-    from tformer_cli.decode.search import translate_texts
+    from tformer_cli.decode.translate import translate_texts
 
     run(tmp_path / "run", tiny_corpus, device="cuda", precision="auto", max_steps=8)
     trainer, result = run(tmp_path / "run", tiny_corpus, resume=True, device="cuda", max_steps=16)

@@ -1,1 +1,3 @@
-"""From a trained model to output tokens: greedy and beam search over the KV-cached decode step."""
+"""From a trained model to output text, in layers: ``reference`` (what a search computes, as
+naive loops), ``search`` (greedy, beam and sampling over the KV-cached ``step``), ``translate``
+(length-sorted batches, MBR), ``streams`` (lines in, output formats out)."""

@@ -1,57 +1,22 @@
-"""Search for translations with the KV cache: batched greedy decoding and beam search; and the
-translation of text streams, chunk by chunk, for ``tformer translate``."""
+"""Search for translations with the KV cache: batched greedy decoding and beam search."""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import json
 import math
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
-from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from tformer_cli.checkpoint import LoadedRun
-from tformer_cli.config import DecodeConfig, SamplingConfig
-from tformer_cli.data.batching import pad, token_batches
-from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, decode, encode
-from tformer_cli.decode.mbr import mbr_select
+from tformer_cli.config import DecodeConfig
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
 from tformer_cli.decode.sampling import sample_next
 from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up
-from tformer_cli.device import inference
-from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write
 from tformer_cli.model import Transformer
 
 DEFAULT = DecodeConfig()
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """A translation: token ids (no ``<s>``/``</s>``), their summed log-probability ``logprob``
-    (``</s>`` included when ``finished``), and the search's ``score`` (beam: length-normalised)."""
-
-    tokens: list[int]
-    logprob: float
-    score: float
-    finished: bool = True
-
-
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), |Y| with ``</s>``."""
-    return ((5 + length) / 6) ** alpha
-
-
-def max_lengths(src: Tensor, cfg: DecodeConfig, max_positions: int) -> Tensor:
-    """Per-sentence limit on generated tokens, ``</s>`` included: ``a * |src| + b``. Shape (B,)."""
-    src_len = (src != PAD_ID).sum(dim=1)
-    return (cfg.max_len_a * src_len + cfg.max_len_b).long().clamp(1, max_positions - 1)
 
 
 Models = Transformer | Sequence[Transformer]
@@ -166,6 +131,60 @@ def padded_to(keep: Tensor, n: int) -> Tensor:
     return keep[torch.arange(n, device=keep.device).clamp(max=keep.numel() - 1)]
 
 
+def survivors(
+    alive: Tensor, count: LiveCount, bucket: Callable[[int], int]
+) -> tuple[Tensor, Tensor] | None:
+    """The rows (beam search: sentences) a search keeps after a step, ``alive`` (R,) marking
+    the live ones: None to keep them all (the live ones fill the same bucket, or their count is
+    still on its way from the GPU); else the live ones, the last repeated to fill their bucket,
+    and the mask of the repeats, both (R',): empty when none is live, and the search ends."""
+    live = count(alive)
+    if live == 0:
+        return alive.new_zeros(0, dtype=torch.long), alive.new_zeros(0)
+    if live is None or bucket(live) == alive.numel():
+        return None
+    live_rows = alive.nonzero().flatten()  # (n,)
+    n = live_rows.numel()
+    if n == 0:
+        return live_rows, alive.new_zeros(0)
+    if bucket(n) >= alive.numel():
+        return None
+    keep = padded_to(live_rows, bucket(n))  # (R',)
+    return keep, torch.arange(keep.numel(), device=keep.device) >= n
+
+
+def put_back(out: Sequence[Tensor], place: Tensor, rows: Tensor, state: Sequence[Tensor]) -> None:
+    """``out[i][place[rows]] = state[i][rows]`` for each tensor: the results of the rows (beam
+    search: sentences) that leave the batch, at their places in the input (index B, one past
+    the real ones, takes those of the repeats)."""
+    for o, s in zip(out, state, strict=True):
+        o[place[rows]] = s[rows]
+
+
+def next_tokens(
+    logp: Tensor, cfg: DecodeConfig, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Each row's next token (R,) and its log-probability (R,): the argmax of ``logp`` (R, V),
+    or with ``cfg.sampling`` a draw from ``generator``."""
+    if cfg.sampling is None:
+        best_logp, best = logp.max(dim=-1)  # (R,), (R,): value and index in one pass
+        return best, best_logp
+    d = cfg.sampling
+    best = sample_next(logp, d.temperature, d.top_k, d.top_p, d.epsilon, generator)  # (R,)
+    return best, logp.gather(1, best[:, None]).squeeze(1)
+
+
+def greedy_hypotheses(y: Tensor, logprob: Tensor, steps: Tensor, B: int) -> list[Hypothesis]:
+    """The first B rows of a greedy search's results as hypotheses: y (R, T+1) holds ``<s>``
+    and ``steps`` (R,) tokens, ``</s>`` included if it ended the row."""
+    ended = y.gather(1, steps[:, None]).squeeze(1) == EOS_ID  # (R,)
+    rows = (x[:B].tolist() for x in (y, logprob, steps, ended))
+    return [
+        Hypothesis(tokens[1 : n + 1 - eos], lp, lp, eos)
+        for tokens, lp, n, eos in zip(*rows, strict=True)
+    ]
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Models,
@@ -176,82 +195,108 @@ def greedy_search(
     generator: torch.Generator | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable next token (or, with ``cfg.sampling``, draw it with
-    ``generator``) until ``</s>`` or the length limit, for a batch src (B, S).
+    ``generator``) until ``</s>`` or the length limit, for a batch src (B, S): the batched
+    ``reference.greedy_search``.
 
     With the cache each step feeds only the newest token; without it the whole prefix is
     decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
-    masked, until the live ones fit a smaller bucket; the one host transfer per step is the
-    number of live rows (``LiveCount``). A hypothesis' ``logprob`` (= its ``score``) is the
-    model's own, whatever truncation the sampling applied.
+    masked, until the live ones fit a smaller bucket (``survivors``); the one host transfer per
+    step is the number of live rows (``LiveCount``). A hypothesis' ``logprob`` (= its
+    ``score``) is the model's own, whatever truncation the sampling applied.
     """
     models, B, device = as_list(model), src.size(0), src.device
     limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
     T_max = int(limits.max())
     state = Rows(models, src, 1, T_max, use_cache, compile)
-    draw = cfg.sampling
-    R = state.sentences
-    pad_rows = torch.arange(R, device=device) >= B  # (R,) copies of real rows
+    R = state.sentences  # >= B: rows past B copy real ones
     limits = padded_to(limits, R)
     y = torch.full((R, T_max + 1), PAD_ID, dtype=torch.long, device=device)  # <s> y_1 .. y_T
     y[:, 0] = BOS_ID
     logprob = torch.zeros(R, device=device)
     steps = torch.zeros(R, dtype=torch.long, device=device)  # tokens generated, </s> included
-    alive = ~pad_rows
+    alive = torch.arange(R, device=device) < B
+    row_of = torch.where(alive, torch.arange(R, device=device), B)  # input row; B: a copy
+    done = (y.new_zeros((B + 1, T_max + 1)), logprob.new_zeros(B + 1), steps.new_zeros(B + 1))
     count = LiveCount(device)
-    row_of = torch.where(pad_rows, B, torch.arange(R, device=device))  # original row; B: none
-    done_y, done_logprob, done_steps = (
-        y.new_zeros((B + 1, T_max + 1)),
-        logprob.new_zeros(B + 1),
-        steps.new_zeros(B + 1),
-    )
-
-    def keep_results(rows: Tensor) -> None:  # rows: (n,) into the state's rows
-        done_y[row_of[rows]] = y[rows]
-        done_logprob[row_of[rows]] = logprob[rows]
-        done_steps[row_of[rows]] = steps[rows]
-
     for t in range(T_max):
         logp = state.logprobs(y, t)  # (R, V)
         if t < cfg.min_len:
             logp.select(1, EOS_ID).fill_(float("-inf"))
-        if draw is None:
-            best_logp, best = logp.max(dim=-1)  # (R,), (R,): value and index in one pass
-        else:
-            best = sample_next(
-                logp, draw.temperature, draw.top_k, draw.top_p, draw.epsilon, generator
-            )
-            best_logp = logp.gather(1, best[:, None]).squeeze(1)  # (R,)
+        best, best_logp = next_tokens(logp, cfg, generator)  # (R,), (R,)
         logprob = torch.where(alive, logprob + best_logp, logprob)
         y[:, t + 1] = torch.where(alive, best, PAD_ID)
         steps = torch.where(alive, t + 1, steps)
         alive = alive & (best != EOS_ID) & (limits > t + 1)
-        live = count(alive)
-        if live == 0:
-            break
-        if live is None or state.bucket(live) == y.size(0):
+        if (kept := survivors(alive, count, state.bucket)) is None:
             continue
-        live_rows = alive.nonzero().flatten()
-        if live_rows.numel() == 0:
+        keep, repeat = kept  # (R',), (R',)
+        if not keep.numel():
             break
-        if state.bucket(live_rows.numel()) < y.size(0):  # fewer rows: finished ones leave
-            keep_results((~alive).nonzero().flatten())
-            keep = padded_to(live_rows, state.bucket(live_rows.numel()))  # (R',)
-            state.select(keep)
-            repeat = torch.arange(keep.numel(), device=device) >= live_rows.numel()
-            y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
-            alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
-    keep_results(torch.arange(y.size(0), device=device))
-    ended = done_y.gather(1, done_steps[:, None]).squeeze(1) == EOS_ID  # (B+1,)
-    out = []
-    for tokens, lp, n, eos in zip(
-        done_y[:B].tolist(),
-        done_logprob[:B].tolist(),
-        done_steps[:B].tolist(),
-        ended[:B].tolist(),
-        strict=True,
-    ):
-        out.append(Hypothesis(tokens[1 : n + 1 - eos], lp, lp, eos))
-    return out
+        put_back(done, row_of, (~alive).nonzero().flatten(), (y, logprob, steps))
+        state.select(keep)
+        y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
+        alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
+    put_back(done, row_of, torch.arange(y.size(0), device=device), (y, logprob, steps))
+    return greedy_hypotheses(*done, B)
+
+
+class Finished(NamedTuple):
+    """The n best finished hypotheses of each of b sentences, best first: ``score`` (b, n)
+    (-inf: none), tokens ``y`` (b, n, T+1) with ``<s>``, ``logprob`` (b, n), ``steps`` (b, n):
+    tokens generated, and ``eos`` (b, n): whether ``</s>`` ended it (else the length limit)."""
+
+    score: Tensor
+    y: Tensor
+    logprob: Tensor
+    steps: Tensor
+    eos: Tensor
+
+    @classmethod
+    def none(cls, b: int, n: int, T: int, device: torch.device) -> Finished:
+        zeros = torch.zeros((b, n), dtype=torch.long, device=device)
+        return cls(
+            torch.full((b, n), float("-inf"), device=device),
+            torch.full((b, n, T + 1), PAD_ID, dtype=torch.long, device=device),
+            torch.zeros((b, n), device=device),
+            zeros,
+            zeros.bool(),
+        )
+
+    def merge(self, new: Finished) -> Finished:
+        """These and ``new`` (b, m) candidates (-inf scores: not finished), the n best kept."""
+        b, n = self.score.shape
+        score, pick = torch.cat([self.score, new.score], dim=1).topk(n, dim=1)  # (b, n)
+
+        def kept(old: Tensor, x: Tensor) -> Tensor:  # (b, n + m, ...) -> (b, n, ...)
+            at = pick.view(b, n, *[1] * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
+            return torch.cat([old, x], dim=1).gather(1, at)
+
+        return Finished(score, *(kept(o, x) for o, x in zip(self[1:], new[1:], strict=True)))
+
+    def select(self, sentences: Tensor) -> Finished:
+        return Finished(*(x[sentences] for x in self))
+
+    def hypotheses(self, B: int, nbest: int) -> list[list[Hypothesis]]:
+        """The n-best lists of the first B sentences, tokens without ``<s>`` and ``</s>``."""
+        nbest_lists = []
+        for scs, ys, lps, ns, eoss in zip(*(x[:B].tolist() for x in self), strict=True):
+            hyps = [
+                Hypothesis(toks[1 : steps + 1], lp, sc, eos)
+                for sc, toks, lp, steps, eos in zip(scs, ys, lps, ns, eoss, strict=True)
+                if sc > float("-inf")
+            ]
+            nbest_lists.append(hyps[:nbest])
+        return nbest_lists
+
+
+def expand(logp: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The best 2k continuations of each sentence's k beams, from ``logp`` (b*k, V) and the
+    beams' ``scores`` (b, k): their log-probabilities (b, 2k), best first, the beam each
+    extends (b, 2k) and its token (b, 2k)."""
+    (b, k), V = scores.shape, logp.size(-1)
+    cand = (logp + scores.view(-1, 1)).view(b, k * V)  # (b, k*V)
+    top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
+    return top, idx // V, idx % V
 
 
 @torch.inference_mode()
@@ -263,109 +308,67 @@ def beam_search(
     compile: str = "auto",
 ) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
-    ``logprob / lp(|Y|)``.
+    ``logprob / lp(|Y|)``: the batched ``reference.beam_search``.
 
     Beams are flattened to (B*k) rows, sentence-major. Each step: add every continuation's
     log-probability to its beam's score, take the top 2k of the sentence's k*V candidates;
     those in the top k that end in ``</s>`` are finished and merged into the sentence's n best
-    finished ones (tensors, n = max(k, nbest)), the best k others live on (the cache rows
+    finished ones (``Finished``, n = max(k, nbest)), the best k others live on (the cache rows
     reordered to follow them). A sentence is done when it has k finished hypotheses and no
     live beam can still beat the worst of them: scores only fall as tokens are added, so a live
     beam's best reachable normalised score is its score over lp at the length that maximises it.
-    Done sentences stay, masked, until the live ones fit a smaller bucket; the one host
-    transfer per step is the number of live sentences (``LiveCount``). Cross-attention K, V
-    stay one copy per sentence.
+    Done sentences stay, masked, until the live ones fit a smaller bucket (``survivors``); the
+    one host transfer per step is the number of live sentences (``LiveCount``). Cross-attention
+    K, V stay one copy per sentence.
     """
     models, k, B, device = as_list(model), cfg.beam, src.size(0), src.device
-    n = max(k, cfg.nbest)
     limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
     T_max = int(limits.max())
     state = Rows(models, src, k, T_max, use_cache, compile)
-    b = state.sentences
+    b = state.sentences  # >= B: sentences past B copy real ones
     limits = padded_to(limits, b)
-    done = torch.arange(b, device=device) >= B  # (b,) padding sentences are done from the start
-    sent_of = torch.where(done, B, torch.arange(b, device=device))  # original sentence; B: none
     y = torch.full((b * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
     y[:, 0] = BOS_ID
     scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: expand only the first at step 0
-    # the n best finished hypotheses of each sentence, best first: score, then tokens, logprob,
-    # token count and whether </s> ended it (else the length limit did)
-    fin_score = scores.new_full((b, n), float("-inf"))
-    fin = (y.new_full((b, n, T_max + 1), PAD_ID), scores.new_zeros((b, n)),
-           y.new_zeros((b, n)), torch.zeros((b, n), dtype=torch.bool, device=device))  # fmt: skip
-    out_score = fin_score.new_full((B + 1, n), float("-inf"))
-    out = tuple(x.new_zeros((B + 1, *x.shape[1:])) for x in fin)
-
-    def keep_results(sentences: Tensor) -> None:  # (m,) into the state's sentences
-        at = sent_of[sentences]
-        out_score[at] = fin_score[sentences]
-        for o, f in zip(out, fin, strict=True):
-            o[at] = f[sentences]
-
+    done = torch.arange(b, device=device) >= B  # (b,) the copies are done from the start
+    sent_of = torch.where(done, B, torch.arange(b, device=device))  # input sentence; B: a copy
+    fin, out = (Finished.none(n, max(k, cfg.nbest), T_max, device) for n in (b, B + 1))
     first_k = torch.arange(2 * k, device=device) < k  # (2k,)
     count = LiveCount(device)
     for t in range(T_max):
         logp = state.logprobs(y, t)  # (b*k, V)
         if t < cfg.min_len:
             logp.select(1, EOS_ID).fill_(float("-inf"))
-        V = logp.size(-1)
-        cand = (logp + scores.view(-1, 1)).view(b, k * V)  # (b, k*V)
-        top, idx = cand.topk(min(2 * k, k * V), dim=1)  # (b, 2k), best first
-        beam, token = idx // V, idx % V  # (b, 2k)
+        top, beam, token = expand(logp, scores)  # (b, 2k) each
         parent = torch.arange(b, device=device)[:, None] * k + beam  # (b, 2k): rows of y
-        at_limit = limits <= t + 1  # (b,)
-        eos = token == EOS_ID
+        # the first k candidates finish if they end in </s> or reach the length limit
+        at_limit, eos = limits <= t + 1, token == EOS_ID  # (b,), (b, 2k)
         ends = (eos | at_limit[:, None]) & first_k[: top.size(1)] & top.isfinite() & ~done[:, None]
-        # the candidates that end now, merged into the finished ones: (b, n + 2k) -> (b, n)
         new_y = y[parent.flatten()].view(b, -1, T_max + 1)  # (b, 2k, T_max + 1)
         new_y[:, :, t + 1] = token.masked_fill(eos, PAD_ID)  # </s> is no token of the output
         new_score = (top / length_penalty(t + 1, cfg.alpha)).masked_fill(~ends, float("-inf"))
-        fin_score, pick = torch.cat([fin_score, new_score], dim=1).topk(n, dim=1)  # (b, n)
-        new = (new_y, top, (t + 1) - eos.long(), eos)
-        fin = tuple(
-            torch.cat([f, x], dim=1).gather(
-                1, pick.view(b, n, *[1] * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
-            )
-            for f, x in zip(fin, new, strict=True)
-        )
+        fin = fin.merge(Finished(new_score, new_y, top, (t + 1) - eos.long(), eos))
         # the best k that do not end live on
         scores, pos = top.masked_fill(eos, float("-inf")).topk(k, dim=1)  # (b, k)
-        rows = parent.gather(1, pos).flatten()  # (b*k,)
+        state.reorder = rows = parent.gather(1, pos).flatten()  # (b*k,)
         y = y[rows]
         y[:, t + 1] = token.gather(1, pos).flatten()
-        state.reorder = rows
         reach = length_penalty(limits.clamp(min=t + 2), cfg.alpha)  # (b,) lp's max ahead
-        beaten = scores[:, 0] / reach <= fin_score[:, k - 1]  # (b,) nothing live beats the k-th
+        beaten = scores[:, 0] / reach <= fin.score[:, k - 1]  # (b,) none live beats the k-th
         done = done | at_limit | beaten
-        live = count(~done)
-        if live == 0:
-            break
-        if live is None or state.bucket(live) == b:
+        if (kept := survivors(~done, count, state.bucket)) is None:
             continue
-        live_sentences = (~done).nonzero().flatten()
-        if live_sentences.numel() == 0:
+        keep, repeat = kept  # (b',), (b',)
+        if not keep.numel():
             break
-        if state.bucket(live_sentences.numel()) < b:  # fewer sentences: done ones leave
-            keep_results(done.nonzero().flatten())
-            keep = padded_to(live_sentences, state.bucket(live_sentences.numel()))  # (b',)
-            state.select(keep)
-            repeat = torch.arange(keep.numel(), device=device) >= live_sentences.numel()
-            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()
-            y, scores, limits, fin_score = y[keep_rows], scores[keep], limits[keep], fin_score[keep]
-            fin = tuple(f[keep] for f in fin)
-            done, sent_of = repeat, torch.where(repeat, B, sent_of[keep])
-            b = keep.numel()
-    keep_results(torch.arange(b, device=device))
-    nbest = []
-    for scs, ys, lps, ns, eoss in zip(*(x[:B].tolist() for x in (out_score, *out)), strict=True):
-        hyps = [
-            Hypothesis(toks[1 : steps + 1], lp, sc, eos)
-            for sc, toks, lp, steps, eos in zip(scs, ys, lps, ns, eoss, strict=True)
-            if sc > float("-inf")
-        ]
-        nbest.append(hyps[: cfg.nbest])
-    return nbest
+        put_back(out, sent_of, done.nonzero().flatten(), fin)
+        state.select(keep)
+        rows = (keep[:, None] * k + torch.arange(k, device=device)).flatten()  # (b'*k,)
+        y, scores, limits, fin = y[rows], scores[keep], limits[keep], fin.select(keep)
+        done, sent_of, b = repeat, torch.where(repeat, B, sent_of[keep]), keep.numel()
+    put_back(out, sent_of, torch.arange(b, device=device), fin)
+    return out.hypotheses(B, cfg.nbest)
 
 
 def search(
@@ -388,302 +391,3 @@ def search(
     if cfg.beam == 1:
         return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
     return beam_search(model, src, cfg, use_cache, compile)
-
-
-@dataclass(frozen=True)
-class Translation:
-    """The n-best hypotheses of one input, and the decoding time of its batch per sentence."""
-
-    hypotheses: list[Hypothesis]
-    seconds: float
-
-
-def translate_ids(
-    model: Models,
-    sources: Sequence[Sequence[int]],
-    cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    first: int = 1,
-    compile: str = "auto",
-) -> list[Translation]:
-    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
-    An empty input (a blank line) gets one empty translation without running the model.
-    A source longer than the model's positions (``</s>`` included) is an error naming it by
-    its number, counted from ``first``: nothing is cut off silently.
-
-    ``on_batch(n)`` is called after each batch of n sentences (for progress bars);
-    ``compile``: how the decode step runs (``DecodeStep``). Samples (``cfg.sampling``) are
-    drawn from one generator seeded with ``cfg.seed``: the same inputs, batches and device give
-    the same samples.
-    """
-    models = as_list(model)
-    device = next(models[0].parameters()).device
-    generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
-    lengths = [len(s) + 1 for s in sources]
-    limit = min(m.cfg.max_positions for m in models)
-    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
-    if too_long is not None:
-        raise TformerError(
-            f"input {first + too_long} has {lengths[too_long]} tokens;"
-            f" this model reads at most {limit}"
-        )
-    empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
-    results = [None if s else empty for s in sources]
-    real = [i for i, s in enumerate(sources) if s]
-    if on_batch is not None and len(real) < len(sources):
-        on_batch(len(sources) - len(real))
-    for sub in token_batches([lengths[i] for i in real], max_tokens, max_sentences=max_sentences):
-        batch = [real[j] for j in sub]
-        start = time.perf_counter()
-        src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        nbest = search(models, src, cfg, use_cache, compile, generator)
-        seconds = (time.perf_counter() - start) / len(batch)
-        for i, hyps in zip(batch, nbest, strict=True):
-            results[i] = Translation(hyps, seconds)
-        if on_batch is not None:
-            on_batch(len(batch))
-    return results  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class TextTranslation:
-    """One input's n-best translations (detokenized) with their hypotheses, and timing."""
-
-    source: str
-    translations: list[str]
-    hypotheses: list[Hypothesis]
-    seconds: float
-
-
-def describe(cfg: DecodeConfig) -> str:
-    """What a search is, in a few words: ``greedy``, ``beam 5``, ``sampling (T 0.7, top-p
-    0.9)``, ``MBR chrF over 16 samples``."""
-    if cfg.mbr:
-        source = "beam n-best" if cfg.mbr_from == "beam" else "samples"
-        utility = {"chrf": "chrF", "bleu": "BLEU"}[cfg.mbr_utility]
-        return f"MBR {utility} over {cfg.mbr} {source}"
-    if cfg.sampling is not None:
-        d = cfg.sampling
-        parts = [f"T {d.temperature:g}"] + [
-            f"{name} {value:g}"
-            for name, value in (("top-k", d.top_k), ("top-p", d.top_p), ("epsilon", d.epsilon))
-            if value is not None
-        ]
-        return f"sampling ({', '.join(parts)})"
-    return "greedy" if cfg.beam == 1 else f"beam {cfg.beam}"
-
-
-def mbr_candidates(cfg: DecodeConfig) -> DecodeConfig:
-    """The search that draws ``cfg.mbr`` candidates per input: samples (``cfg.sampling``, else
-    plain ancestral sampling), or the n-best list of a beam at least that wide."""
-    if cfg.mbr_from == "beam":
-        return dataclasses.replace(cfg, beam=max(cfg.beam, cfg.mbr), nbest=cfg.mbr, sampling=None)
-    return dataclasses.replace(
-        cfg, beam=1, nbest=cfg.mbr, sampling=cfg.sampling or SamplingConfig()
-    )
-
-
-def mbr_rerank(
-    texts: list[str], hyps: list[Hypothesis], utility: str
-) -> tuple[list[str], list[Hypothesis]]:
-    """The candidates by expected utility against each other (``mbr_select``), best first; each
-    hypothesis' ``score`` becomes its expected utility (0-100), its ``logprob`` stays."""
-    _, expected = mbr_select(texts, utility)
-    order = sorted(range(len(texts)), key=lambda i: -expected[i])  # stable: ties keep their order
-    return [texts[i] for i in order], [
-        dataclasses.replace(hyps[i], score=expected[i]) for i in order
-    ]
-
-
-def translate_sources(
-    models: Models,
-    tokenizer: Tokenizer,
-    sources: Sequence[Sequence[int]],
-    cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    first: int = 1,
-    compile: str = "auto",
-) -> list[tuple[list[str], Translation]]:
-    """``translate_ids`` and the detokenized n-best of each input; with ``cfg.mbr``, the
-    minimum Bayes risk choice among ``cfg.mbr`` candidates first (``cfg.nbest`` kept)."""
-    search_cfg = mbr_candidates(cfg) if cfg.mbr else cfg
-    results = translate_ids(
-        models, sources, search_cfg, max_tokens, use_cache, max_sentences, on_batch, first, compile
-    )
-    out = []
-    for r in results:
-        texts, hyps = decode(tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses
-        if cfg.mbr:
-            texts, hyps = mbr_rerank(texts, hyps, cfg.mbr_utility)
-            texts, hyps = texts[: cfg.nbest], hyps[: cfg.nbest]
-        out.append((texts, Translation(hyps, r.seconds)))
-    return out
-
-
-def translate_texts(
-    run: LoadedRun | Sequence[LoadedRun],
-    texts: Sequence[str],
-    cfg: DecodeConfig = DEFAULT,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    first: int = 1,
-) -> list[TextTranslation]:
-    """Tokenize, translate and detokenize sentences with a loaded run (or an ensemble of runs
-    sharing a tokenizer, see ``checkpoint.load_runs``), in input order (``first``: the number
-    of the first text, for error messages)."""
-    runs = [run] if isinstance(run, LoadedRun) else list(run)
-    lead = runs[0]
-    with inference(lead.device, lead.dtype):
-        sources = encode(lead.tokenizer, texts)
-        results = translate_sources(
-            [r.model for r in runs], lead.tokenizer, sources, cfg, max_tokens, use_cache,
-            max_sentences, on_batch, first, lead.compile,
-        )  # fmt: skip
-    return [
-        TextTranslation(text, out, r.hypotheses, r.seconds)
-        for text, (out, r) in zip(texts, results, strict=True)
-    ]
-
-
-# ---------------------------------------------------------------------------- text streams
-_BOM = b"\xef\xbb\xbf"
-
-
-def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    r"""The lines of a UTF-8 byte stream, each as soon as it arrives. A line is what ends in
-    ``\n`` (or the stream): other Unicode separators (``\u2028``, ``\x85``, ``\x0c``...) stay
-    inside it, as corpus files are read; a trailing ``\r`` (CRLF) and a leading byte order mark
-    are dropped (a mark alone is no line). Invalid UTF-8 is an error naming ``name`` and the
-    1-based line."""
-    for number, raw in enumerate(stream, start=1):
-        if number == 1 and not (raw := raw.removeprefix(_BOM)):
-            return
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TformerError(
-                f"{name} line {number} is not valid UTF-8 ({e.reason} at byte {e.start + 1})"
-            ) from None
-        yield line.removesuffix("\n").removesuffix("\r")
-
-
-def check_arguments(texts: list[str]) -> list[str]:
-    """``texts`` from the command line, if each is valid text: Python keeps an argument's
-    bytes that are not valid UTF-8 as lone surrogates, which no tokenizer can take."""
-    for number, text in enumerate(texts, start=1):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise TformerError(
-                f"argument {number} is not valid UTF-8 (bad byte at character {e.start + 1})"
-            ) from None
-    return texts
-
-
-def count_lines(path: Path) -> int:
-    """How many lines ``read_lines`` finds in a file (read in blocks: no text kept)."""
-    count, last = 0, b"\n"
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(_BOM)).removeprefix(_BOM)
-            for block in itertools.chain([head], iter(lambda: f.read(1 << 20), b"")):
-                if block:
-                    count, last = count + block.count(b"\n"), block[-1:]
-    except OSError as e:
-        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
-    return count + (last != b"\n")
-
-
-def file_lines(path: Path) -> Iterator[str]:
-    """``read_lines`` of a file, opened on the first line asked for and closed after the last."""
-    with path.open("rb") as stream:
-        yield from read_lines(stream, str(path))
-
-
-def translate_chunks(
-    run: LoadedRun | Sequence[LoadedRun],
-    lines: Iterable[str],
-    cfg: DecodeConfig = DEFAULT,
-    chunk_size: int = 2000,
-    max_tokens: int = 4096,
-    use_cache: bool = True,
-    max_sentences: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> Iterator[list[TextTranslation]]:
-    """``translate_texts`` of ``chunk_size`` lines at a time (each chunk sorted by length into
-    batches), in input order: the first chunk is ready before the input ends, and memory holds
-    one chunk whatever the input's length."""
-    lines = iter(lines)
-    first = 1
-    while chunk := list(itertools.islice(lines, chunk_size)):
-        yield translate_texts(
-            run, chunk, cfg, max_tokens, use_cache, max_sentences, on_batch, first
-        )
-        first += len(chunk)
-
-
-def one_line(text: str) -> str:
-    """``text`` with its line breaks made spaces: an output line per input, whatever the
-    tokenizer's decoder gives (a run may hold any Hugging Face tokenizer; a byte-level one
-    decodes newlines)."""
-    return text.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
-
-
-def format_translations(
-    results: Sequence[TextTranslation], style: str, start: int = 0
-) -> list[str]:
-    """One line per input (``plain``, ``scores``, ``json``) or per hypothesis (``nbest``);
-    ``start``: the index of the first result (``json`` and ``nbest`` lines carry it)."""
-    lines = []
-    for i, r in enumerate(results, start=start):
-        pairs = list(zip(r.translations, r.hypotheses, strict=True))
-        if style == "json":
-            hyps = [
-                {"translation": t, "score": h.score, "logprob": h.logprob, "finished": h.finished}
-                for t, h in pairs
-            ]
-            record = {"index": i, "source": r.source, "hypotheses": hyps, "ms": 1000 * r.seconds}
-            lines.append(json.dumps(record, ensure_ascii=False))
-        elif style == "nbest":
-            lines += [f"{i}\t{h.score:.4f}\t{one_line(t)}" for t, h in pairs]
-        elif style == "scores":
-            lines.append(f"{pairs[0][1].score:.4f}\t{one_line(pairs[0][0])}")
-        else:
-            lines.append(one_line(pairs[0][0]))
-    return lines
-
-
-def write_translations(
-    chunks: Iterable[Sequence[TextTranslation]], out: BinaryIO, style: str
-) -> int:
-    """Write each chunk's lines (``format_translations``) as UTF-8 and flush them, so that a
-    reader downstream gets them at once. Returns the number of inputs translated."""
-    count = 0
-    for results in chunks:
-        lines = format_translations(results, style, start=count)
-        out.write("".join(f"{line}\n" for line in lines).encode("utf-8"))
-        out.flush()
-        count += len(results)
-    return count
-
-
-def save_translations(path: Path, chunks: Iterable[Sequence[TextTranslation]], style: str) -> int:
-    """``write_translations`` into a temporary file that becomes ``path`` after the last chunk
-    (``atomic_write``): ``path`` never holds part of the output; an error leaves it as it was."""
-    count = 0
-
-    def write(tmp: Path) -> None:
-        nonlocal count
-        with tmp.open("wb") as out:
-            count = write_translations(chunks, out, style)
-
-    atomic_write(path, write, durable=False)  # an output, not run state: no fsync
-    return count

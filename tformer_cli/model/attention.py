@@ -50,8 +50,8 @@ class MultiHeadAttention(nn.Module):
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
     from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
     Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); training on the CPU takes the explicit path too (its backward is
-    faster there); otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
+    ``weights`` (B, h, T, S); training on the CPU takes the explicit path too (``attend``);
+    otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
     """
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
@@ -81,51 +81,84 @@ class MultiHeadAttention(nn.Module):
         slots: Tensor | None = None,
         causal: bool = False,
     ) -> Tensor:
-        """Attend from x (B, T, d) and return (B, T, d).
+        """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O from x (B, T, d): (B, T, d).
 
-        Self-attention with a ``cache``, the K, V buffer (2, B, h, span, d_k): the new keys and
-        values are written in place at ``slots`` (T,), and the queries attend to every slot of
-        the buffer, ``mask`` (T, span) hiding those not yet filled: the shapes stay the same
-        from one decoding step to the next. Cross-attention takes the memory's projected ``kv``
-        (2, B', h, S, d_k); if it holds B' sentences and x holds B = n * B' rows (n beams per
-        sentence, sentence-major), the n beams become extra query rows of their sentence, so
-        K, V are never copied per beam.
-        ``causal``: the square causal mask of a decoder pass from position 0, left to the kernel.
+        Self-attention projects Q, K, V from x; with a ``cache``, the K, V buffer (2, B, h,
+        span, d_k), the new keys and values are written at ``slots`` (T,) and the queries
+        attend to every slot, ``mask`` (T, span) hiding those not yet filled (``write_cache``).
+        Cross-attention takes the memory's projected ``kv`` (2, B', h, S, d_k); B = n * B' rows
+        (n beams per sentence) attend as extra query rows of their sentence (``fold_beams``).
+        ``causal``: the square causal mask of a decoder pass from position 0.
         """
+        B, T, _ = x.shape
+        q, k, v = self.project(x, kv, cache, slots)  # Q (B, h, T, d_k); K, V (B', h, S, d_k)
+        n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
+        heads = self.attend(fold_beams(q, n), k, v, mask, causal)  # (B', h, nT, d_k): eq. 1
+        heads = unfold_beams(heads, n)  # (B, h, T, d_k)
+        if self.record_weights:
+            self.weights = unfold_beams(self.weights, n)  # (B, h, T, S)
+        return self.w_o(heads.transpose(1, 2).reshape(B, T, self.h * self.d_k))  # Concat W^O
+
+    def project(
+        self, x: Tensor, kv: Tensor | None, cache: Tensor | None, slots: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Q = x W^Q (B, h, T, d_k), heads split, and K, V (B', h, S, d_k): from x (self-attention,
+        through the ``cache`` if given) or the memory's ``kv`` (cross-attention)."""
         B, T, _ = x.shape
         if self.cross:
             assert kv is not None, "cross-attention needs the memory's K, V"
-            q = self.w_q(x).view(B, T, self.h, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
             k, v = kv.unbind(0)  # (B', h, S, d_k)
-        else:
-            qkv = self.w_qkv(x).view(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4)
-            # (B, T, 3d) -> (3, B, h, T, d_k): Q, K, V stacked, heads split
-            if cache is None:
-                q, k, v = qkv.unbind(0)  # 3 x (B, h, T, d_k)
-            else:
-                cache.index_copy_(3, slots, qkv[1:])  # the new K, V: (2, B, h, T, d_k)
-                q, (k, v) = qkv[0], cache.unbind(0)  # K, V: (B, h, span, d_k)
-        B, h, T, d_k = q.shape
-        n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
-        if n > 1:
-            q = (
-                q.view(-1, n, h, T, d_k).transpose(1, 2).reshape(-1, h, n * T, d_k)
-            )  # (B', h, nT, d_k)
+            return self.w_q(x).view(B, T, self.h, self.d_k).transpose(1, 2), k, v
+        qkv = self.w_qkv(x).view(B, T, 3, self.h, self.d_k).permute(2, 0, 3, 1, 4)
+        # (B, T, 3d) -> (3, B, h, T, d_k): Q, K, V stacked, heads split
+        if cache is None:
+            return qkv.unbind(0)  # 3 x (B, h, T, d_k)
+        k, v = write_cache(cache, slots, qkv[1:])  # (B, h, span, d_k)
+        return qkv[0], k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1), (B, h, T, d_k): the
+        fused kernel, or the explicit ``attention`` where the weights are recorded or where
+        autograd runs on the CPU (``explicit_backward``)."""
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
-        if self.record_weights or (torch.is_grad_enabled() and q.device.type == "cpu"):
-            # Explicit ops: to keep the weights, and to train on CPU, where autograd through
-            # them ran 1.3x (fp32) to 4x (bf16) faster than the fused kernel's backward.
-            if causal:  # the mask the fused kernel applies by itself (T == S)
-                mask = causal_mask(T, q.device).to(q.dtype)
-            out, weights = attention(q, k, v, mask)
-            self.weights = weights if self.record_weights else None
-        else:  # is_causal lets the kernel skip the masked blocks instead of adding -inf
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        if n > 1:
-            out = out.view(-1, h, n, T, d_k).transpose(1, 2).reshape(B, h, T, d_k)  # (B, h, T, d_k)
-            if self.record_weights:
-                self.weights = self.weights.view(-1, h, n, T, k.size(2)).transpose(1, 2)
-                self.weights = self.weights.reshape(B, h, T, k.size(2))  # (B, h, T, S)
-        out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, h, T, d_k) -> (B, T, d)
-        return self.w_o(out)
+        if not (self.record_weights or explicit_backward(q)):
+            # is_causal lets the kernel skip the masked blocks instead of adding -inf
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        if causal:  # the mask the fused kernel applies by itself (T == S)
+            mask = causal_mask(q.size(2), q.device).to(q.dtype)
+        out, weights = attention(q, k, v, mask)
+        self.weights = weights if self.record_weights else None
+        return out
+
+
+def explicit_backward(q: Tensor) -> bool:
+    """Whether autograd will run through this attention on the CPU, where the backward of the
+    explicit ops runs faster than the fused kernel's."""
+    return torch.is_grad_enabled() and q.device.type == "cpu"
+
+
+def write_cache(cache: Tensor, slots: Tensor | None, kv: Tensor) -> tuple[Tensor, Tensor]:
+    """K_{1..t} = [K_{1..t-1}; K_t]: the new keys and values ``kv`` (2, B, h, T, d_k) written in
+    place at ``slots`` (T,) of the buffer ``cache`` (2, B, h, span, d_k); returns its K and V."""
+    assert slots is not None, "a cache write needs its slots"
+    cache.index_copy_(3, slots, kv)
+    return cache.unbind(0)  # (B, h, span, d_k) each
+
+
+def fold_beams(q: Tensor, n: int) -> Tensor:
+    """(n * B', h, T, d_k) queries of n beams per sentence (sentence-major) -> (B', h, n * T,
+    d_k): the beams become extra query rows of their sentence, so K, V are never copied."""
+    if n == 1:
+        return q
+    _, h, T, d_k = q.shape
+    return q.view(-1, n, h, T, d_k).transpose(1, 2).reshape(-1, h, n * T, d_k)
+
+
+def unfold_beams(x: Tensor, n: int) -> Tensor:
+    """The inverse of ``fold_beams``, for outputs (B', h, n * T, d_k) and weights (B', h,
+    n * T, S): (n * B', h, T, .)."""
+    if n == 1:
+        return x
+    _, h, nT, last = x.shape
+    return x.view(-1, h, n, nT // n, last).transpose(1, 2).reshape(-1, h, nT // n, last)

@@ -29,7 +29,8 @@ from tformer_cli import __version__
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import UNK_ID, decode
-from tformer_cli.decode.search import Models, describe, translate_sources
+from tformer_cli.decode.search import Models
+from tformer_cli.decode.translate import Batching, describe, translate_sources
 from tformer_cli.device import autocast
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
@@ -259,7 +260,7 @@ def search_pass(
     """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts."""
     begin = time.perf_counter()
     out = translate_sources(
-        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), cfg.max_tokens,
+        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), Batching(cfg.max_tokens),
         on_batch=on_batch, compile=compile,
     )  # fmt: skip
     tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>

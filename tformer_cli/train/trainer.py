@@ -54,7 +54,7 @@ from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
 from tformer_cli.data.split import Split, fits_positions
 from tformer_cli.data.tokenizer import decode, load_tokenizer
-from tformer_cli.decode.search import translate_ids
+from tformer_cli.decode.translate import translate_ids
 from tformer_cli.device import (
     autocast,
     oom_hint,
