@@ -8,12 +8,16 @@ from typing import Any
 
 import pytest
 import torch
+from click.testing import Result
+from typer.testing import CliRunner
 
 from tformer_cli.checkpoint import RunConfig, atomic_torch_save
-from tformer_cli.config import ModelConfig, TrainConfig
-from tformer_cli.data.batching import make_batch
+from tformer_cli.cli import app
+from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
+from tformer_cli.data.batching import make_batch, pad
 from tformer_cli.data.corpus import toy_corpus_dir
-from tformer_cli.data.tokenizer import PAD_ID, encode, save_tokenizer, train_tokenizer
+from tformer_cli.data.tokenizer import EOS_ID, PAD_ID, encode, save_tokenizer, train_tokenizer
+from tformer_cli.decode.search import max_lengths
 from tformer_cli.model import Transformer
 
 TEST_SENTENCES = 100  # of the toy test set: enough finished and length-limited rows, in seconds
@@ -58,7 +62,7 @@ def train_toy_run(run_dir: Path, steps: int, **model: Any) -> Path:
 def toy_run(tmp_path_factory) -> Path:
     """The toy recipe's architecture (post-LN, sinusoidal, tied), trained briefly."""
     torch.set_num_threads(1)
-    return train_toy_run(tmp_path_factory.mktemp("toy") / "run", steps=120)
+    return train_toy_run(tmp_path_factory.mktemp("toy") / "run", steps=60)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +70,7 @@ def pre_ln_learned_run(tmp_path_factory) -> Path:
     """Pre-LN, learned positions, untied, SiLU and an output bias: what HF's Marian cannot hold."""
     torch.set_num_threads(1)
     return train_toy_run(
-        tmp_path_factory.mktemp("pre") / "run", steps=120, norm="pre", positional="learned",
+        tmp_path_factory.mktemp("pre") / "run", steps=60, norm="pre", positional="learned",
         tie_embeddings=False, activation="silu", output_bias=True,
     )  # fmt: skip
 
@@ -74,3 +78,26 @@ def pre_ln_learned_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def toy_test() -> list[str]:
     return toy_pairs("test", TEST_SENTENCES)[0]
+
+
+runner = CliRunner()
+
+
+def cli(*args: str) -> Result:
+    """``tformer ARGS`` in this process."""
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result: Result, *fragments: str) -> None:
+    """Exit 1 with one ``Error:`` line on stderr naming ``fragments``, no traceback."""
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def search_limit(source: list[int], cfg: DecodeConfig, max_positions: int) -> int:
+    """tformer's limit on generated tokens for one source (``max_lengths``), ``</s>`` included."""
+    return int(max_lengths(pad([[*source, EOS_ID]]), cfg, max_positions)[0])

@@ -13,6 +13,7 @@ below the unknown-piece penalty, so they are never chosen): ``tokenizer.json`` e
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
 ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu"}  # Marian's names -> ours
 
 
+def quiet_transformers() -> None:
+    """No progress bars, info lines or warnings from ``transformers``: the command says what
+    it did in one line, and stderr keeps to errors."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
 # ---------------------------------------------------------------------------- export
 def marian_refusal(cfg: ModelConfig) -> str | None:
     """Why a model of ``cfg`` cannot be a ``MarianMTModel``, or None."""
@@ -62,6 +72,7 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
     limit is the run's. Whole or not at all."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
+    quiet_transformers()
     run = load_run(run_dir, device="cpu", precision="fp32")
     cfg = run.config.model
     why = marian_refusal(cfg)
@@ -142,6 +153,7 @@ def load_marian(source: str) -> tuple[Any, Any]:
     for an unreachable Hub, a missing model or a folder that is not a Marian checkpoint."""
     from transformers import AutoConfig, MarianMTModel, MarianTokenizer
 
+    quiet_transformers()
     where = source.removeprefix("hf:")
     if source.startswith("hf:"):
         check_hub(where)
@@ -154,7 +166,10 @@ def load_marian(source: str) -> tuple[Any, Any]:
     if config.model_type != "marian":
         raise TformerError(f"{source} is a {config.model_type} model, not a Marian one")
     try:
-        return MarianMTModel.from_pretrained(where).eval(), MarianTokenizer.from_pretrained(where)
+        with warnings.catch_warnings():  # "Recommended: pip install sacremoses": see the docs
+            warnings.simplefilter("ignore")
+            tokenizer = MarianTokenizer.from_pretrained(where)
+        return MarianMTModel.from_pretrained(where).eval(), tokenizer
     except Exception as e:  # missing weights or SentencePiece files, a corrupt file
         raise TformerError(f"{source}: cannot load its Marian model ({first_line(e)})") from None
 

@@ -18,6 +18,7 @@ States, in the order they are decided:
   without ``model.pt``.
 - ``finished``: the log's last records after training say it stopped by a stopping rule
   (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
+- ``imported``: a model made elsewhere (``tformer import``), with its ``model.pt``.
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
   or from step 0 with its settings when it stopped before its first save).
 """
@@ -58,7 +59,7 @@ except ImportError:  # pragma: no cover - Windows: no flock, so no "running" sta
 LOCK = ".lock"
 LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
 TRAINING_KEYS = ("loss", "valid_loss", "skipped_update")  # records written while training
-STATES = ("running", "finished", "interrupted", "broken")
+STATES = ("running", "finished", "interrupted", "broken", "imported")
 
 
 # ---------------------------------------------------------------------------- the run lock
@@ -389,6 +390,8 @@ def collect_run(run_dir: Path) -> RunInfo:
         load_tokenizer(run_dir / "tokenizer.json")
     except TformerError as e:
         return RunInfo(state="broken", detail=str(e).replace(f"{run_dir}/", ""), **info)
+    if config.imported_from is not None and has_model:  # made elsewhere: tformer import
+        return RunInfo(state="imported", detail=f"from {config.imported_from}", **info)
     if finished and has_model:
         return RunInfo(state="finished", detail=str(end.get("stopped_by") or "finished"), **info)
     if finished:
