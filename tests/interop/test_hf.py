@@ -29,6 +29,9 @@ from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.report.runs import collect_run
 
 
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+
+
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     """No test here may reach the Hub."""

@@ -121,6 +121,9 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
 def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
     """Make ``runs_dir/name`` a run from a Marian checkpoint: ``hf:NAME`` (the Hub, or its
     cache with ``HF_HUB_OFFLINE=1``) or a folder. Whole or not at all."""
+    run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
+    if run_dir.exists():
+        raise TformerError(f"{run_dir} already exists: give the import another --name")
     model, tokenizer = load_marian(source)
     cfg, order = run_config(model.config, tokenizer)
     net = Transformer(cfg)
@@ -136,7 +139,6 @@ def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = Non
         data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
         vocab_size=cfg.vocab_size, max_len=cfg.max_positions,
     )  # fmt: skip
-    run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
 
     def fill(tmp: Path) -> None:
         save_tokenizer(src_tok, tmp / "tokenizer.json")
