@@ -28,7 +28,6 @@ from tformer_cli.decode.search import translate_ids
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.report.runs import collect_run
 
-
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 
