@@ -3,6 +3,7 @@ each computing what the other side computes."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -20,12 +21,13 @@ from transformers import (
 )
 
 from tests.interop.conftest import assert_one_line_error, cli, search_limit, toy_pairs
-from tformer_cli.checkpoint import RunConfig, load_run
+from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.tokenizer import PAD_ID, decode, encode
 from tformer_cli.decode.search import translate_ids
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
+from tformer_cli.model import Transformer
 from tformer_cli.report.runs import collect_run
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -73,6 +75,27 @@ def test_the_exported_model_generates_tformers_greedy_translations(toy_run, expo
     assert texts == [decode(run.tokenizer, [t.hypotheses[0].tokens])[0] for t in ours]
     assert all(t.hypotheses[0].finished for t in ours)  # none cut by the (different) limits
     assert GenerationConfig.from_pretrained(exported).max_length == run.config.model.max_positions
+
+
+def test_an_untied_silu_run_with_an_output_bias_exports_exactly(tmp_path, make_run, token_batch):
+    run_dir, _ = make_run(tmp_path / "run")
+    config = RunConfig.load(run_dir)
+    cfg = dataclasses.replace(
+        config.model, tie_embeddings=False, activation="silu", output_bias=True
+    )
+    torch.manual_seed(1)
+    net = Transformer(cfg).eval()
+    with torch.no_grad():
+        net.generator.bias.normal_()
+    dataclasses.replace(config, model=cfg).save(run_dir)
+    atomic_torch_save(run_dir / "model.pt", net.state_dict())
+    model = AutoModelForSeq2SeqLM.from_pretrained(export_hf(run_dir, tmp_path / "hf")).eval()
+    assert not model.config.tie_word_embeddings
+    V = cfg.vocab_size
+    src, y = token_batch([5, 3], vocab=V), token_batch([4, 2], seed=1, eos=False, vocab=V)
+    with torch.no_grad():
+        theirs = model(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=y).logits
+        assert torch.allclose(net(src, y), theirs, atol=1e-4)
 
 
 def test_a_pre_ln_run_is_refused_in_one_line_naming_the_ctranslate2_route(

@@ -66,10 +66,11 @@ def marian_refusal(cfg: ModelConfig) -> str | None:
 
 
 def export_hf(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run as a ``MarianMTModel`` folder that ``transformers.pipeline("translation",
-    model=out_dir)`` loads: config, safetensors weights, a ``PreTrainedTokenizerFast``
-    (``tokenizer.json``, appending ``</s>`` to each source) and a generation config whose length
-    limit is the run's. Whole or not at all."""
+    """Write the run as a ``MarianMTModel`` folder that transformers' ``AutoTokenizer`` and
+    ``AutoModelForSeq2SeqLM`` load (and, in transformers 4, ``pipeline("translation")``):
+    config, safetensors weights, a ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending
+    ``</s>`` to each source) and a generation config whose length limit is the run's. Whole or
+    not at all."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
     quiet_transformers()
