@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from tformer_cli.checkpoint import TARGET_TOKENIZER, LoadedRun, load_run
-from tformer_cli.data.tokenizer import SPECIAL_TOKENS, UNK_ID
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from tformer_cli.errors import TformerError
 from tformer_cli.interop.folder import write_folder
 from tformer_cli.model import Transformer
@@ -74,11 +74,8 @@ class RunConverter(Converter):
 
 
 def vocabulary(tok: Tokenizer) -> list[str]:
-    """The token strings by id; an id without a token (none in tformer's tokenizers) would be
-    unreachable, and is named so."""
-    tokens = [tok.id_to_token(i) or f"<unused{i}>" for i in range(tok.get_vocab_size())]
-    assert tokens[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
-    return tokens
+    """The token strings by id (tformer's tokenizers have no gaps)."""
+    return [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
 
 
 def transformer_as_spec(net: Transformer, tokens: list[str]) -> transformer_spec.TransformerSpec:
@@ -107,10 +104,9 @@ def transformer_as_spec(net: Transformer, tokens: list[str]) -> transformer_spec
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)
     config = spec.config
-    config.unk_token, config.bos_token, config.eos_token = (
-        SPECIAL_TOKENS[i] for i in (UNK_ID, 2, 3)
-    )
-    config.decoder_start_token = config.bos_token
+    config.unk_token = SPECIAL_TOKENS[UNK_ID]
+    config.bos_token = config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]  # the decoder's first
+    config.eos_token = SPECIAL_TOKENS[EOS_ID]
     config.add_source_eos = True  # a source ends with </s>, as the model was trained
     config.add_attribute("layer_norm_epsilon", LAYER_NORM_EPS)
     return spec
