@@ -200,7 +200,7 @@ def test_an_imported_marian_model_generates_transformers_greedy_output(
         assert generated == [*order[hyp.tokens].tolist(), *([0] if hyp.finished else [])]
 
 
-def test_an_import_is_a_run_listed_as_imported_that_the_cli_translates(
+def test_an_import_is_a_run_listed_as_imported_that_translate_and_eval_use(
     marian_folder, imported, tmp_path
 ):
     config = RunConfig.load(imported)
@@ -211,9 +211,22 @@ def test_an_import_is_a_run_listed_as_imported_that_the_cli_translates(
     assert (info.state, info.detail) == ("imported", f"from {marian_folder}")
     result = cli("translate", "-m", imported, "--greedy", "the dog sings .")
     assert result.exit_code == 0, result.output
+    report = cli("eval", "-m", imported, "--data", "toy", "--limit", "4", "--beam", "2")
+    assert report.exit_code == 0, report.output
+    assert "Exposure gap in BLEU" in report.stdout and "Error accumulation" in report.stdout
     runs = tmp_path / "runs"
     result = cli("import", marian_folder, "--runs-dir", runs, "--name", "mt")
     assert result.exit_code == 0 and (runs / "mt" / "model.pt").is_file(), result.output
+
+
+def test_train_init_from_fine_tunes_an_import(imported, tiny_corpus, tmp_path):
+    runs = tmp_path / "runs"
+    result = cli(
+        "train", "--init-from", imported, "--data", tiny_corpus, "--runs-dir", runs, "--name",
+        "tuned", "--max-steps", "1", "--device", "cpu", "--compile", "off", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert RunConfig.load(runs / "tuned").model == RunConfig.load(imported).model
 
 
 def test_what_is_not_an_importable_marian_checkpoint_is_one_line_and_writes_nothing(
