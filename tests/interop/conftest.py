@@ -20,6 +20,13 @@ from tformer_cli.data.tokenizer import EOS_ID, PAD_ID, encode, save_tokenizer, t
 from tformer_cli.decode.search import max_lengths
 from tformer_cli.model import Transformer
 
+
+@pytest.fixture(autouse=True)
+def one_thread_in_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands' ``setup_threads`` keeps torch on one thread, as the tests do."""
+    monkeypatch.setenv("TFORMER_THREADS", "1")
+
+
 TEST_SENTENCES = 100  # of the toy test set: enough finished and length-limited rows, in seconds
 
 
