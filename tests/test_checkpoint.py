@@ -42,6 +42,30 @@ def test_run_config_json_round_trip(tmp_path):
     assert RunConfig.load(tmp_path) == cfg
 
 
+def test_imported_from_is_kept_and_a_trained_runs_config_json_does_not_name_it(tmp_path):
+    model = ModelConfig(vocab_size=10)
+    RunConfig(model, TrainConfig()).save(tmp_path)
+    assert "imported_from" not in json.loads((tmp_path / "config.json").read_text())
+    assert RunConfig.load(tmp_path).imported_from is None
+    RunConfig(model, TrainConfig(), imported_from="hf:x/y").save(tmp_path)
+    assert RunConfig.load(tmp_path).imported_from == "hf:x/y"
+
+
+def test_a_target_tokenizer_beside_the_run_must_fit_its_vocabulary(tmp_path, make_run):
+    from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
+
+    run_dir, _ = make_run(tmp_path)
+    assert load_run(run_dir, "cpu").tgt_tokenizer.to_str() == (
+        load_run(run_dir, "cpu").tokenizer.to_str()
+    )  # none: the shared one
+    other = train_tokenizer(
+        ["red blue green"] * 3, vocab_size=40, kind="wordlevel", min_frequency=1
+    )
+    save_tokenizer(other, run_dir / "target_tokenizer.json")
+    with pytest.raises(TformerError, match=r"target_tokenizer\.json does not match config\.json"):
+        load_run(run_dir, "cpu")
+
+
 def test_run_config_from_another_format_is_refused(tmp_path):
     cfg = RunConfig(ModelConfig(vocab_size=10), TrainConfig())
     raw = dataclasses.asdict(cfg) | {"format": FORMAT + 1, "version": "9.9"}

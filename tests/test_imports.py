@@ -1,6 +1,7 @@
 """The package's imports point one way, down the order data flows (DESIGN.md section 1):
 
-    cli -> train -> report -> decode -> checkpoint -> (model | data) -> config/device/files
+    cli -> train -> report -> decode -> interop -> checkpoint -> (model | data)
+        -> config/device/files
         -> errors/console/__init__
 
 Every import counts: at the top of a module, inside a function, and under ``TYPE_CHECKING``
@@ -24,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("train",),
     ("report",),
     ("decode",),
+    ("interop",),
     ("checkpoint",),
     ("model", "data"),  # siblings that know nothing of each other
     ("config", "device", "files", "compile"),

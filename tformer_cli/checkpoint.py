@@ -2,7 +2,8 @@
 
 runs/<name>/
   config.json     model, training and data settings + tformer version
-  tokenizer.json  the trained tokenizer
+  tokenizer.json  the trained tokenizer (of an imported model: the source side's)
+  target_tokenizer.json  an imported model's target-side tokenizer, same vocabulary (optional)
   model.pt        best weights (state_dict only)
   last.pt         weights + optimizer + schedule + step + RNG states, for --resume
   log.jsonl       one JSON object per logged step / validation
@@ -35,6 +36,7 @@ from tformer_cli.model import Transformer
 from tformer_cli.model.quantize import quantize_int8
 
 RUNS_DIR = Path("runs")
+TARGET_TOKENIZER = "target_tokenizer.json"
 FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 
 
@@ -50,11 +52,13 @@ class RunConfig:
     train: TrainConfig
     version: str = __version__
     format: int = FORMAT
+    imported_from: str | None = None  # a model made elsewhere (tformer import): where from
 
     def save(self, run_dir: Path) -> None:
-        atomic_write_text(
-            run_dir / "config.json", json.dumps(dataclasses.asdict(self), indent=2) + "\n"
-        )
+        raw = dataclasses.asdict(self)
+        if raw["imported_from"] is None:  # a trained run's config.json as before
+            del raw["imported_from"]
+        atomic_write_text(run_dir / "config.json", json.dumps(raw, indent=2) + "\n")
 
     @classmethod
     def load(cls, run_dir: Path) -> RunConfig:
@@ -76,7 +80,10 @@ class RunConfig:
                 )
             except TformerError as e:  # a field of the wrong type or out of range
                 raise TformerError(f"{path} is corrupt ({e})") from None
-            return cls(model=model, train=train, version=raw["version"], format=fmt)
+            imported = raw.get("imported_from")
+            if imported is not None and not isinstance(imported, str):
+                raise TformerError(f"{path} is corrupt (imported_from is not a string)")
+            return cls(model, train, raw["version"], fmt, imported)
         except FileNotFoundError:
             trained = ("model.pt", "last.pt", "log.jsonl")
             if any((run_dir / name).is_file() for name in trained):
@@ -211,6 +218,12 @@ class LoadedRun:
     device: torch.device
     dtype: torch.dtype | None
     compile: str = "auto"
+    target_tokenizer: Tokenizer | None = None  # an imported model's own for the target side
+
+    @property
+    def tgt_tokenizer(self) -> Tokenizer:
+        """The tokenizer that encodes targets: the target side's own, else the shared one."""
+        return self.target_tokenizer or self.tokenizer
 
 
 def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | None) -> Transformer:
@@ -245,17 +258,20 @@ def load_run(
     run_dir = resolve_run(model)
     config = RunConfig.load(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    if tokenizer.get_vocab_size() != config.model.vocab_size:
-        raise TformerError(
-            f"{run_dir}: tokenizer.json does not match config.json (vocabulary size)"
-        )
+    target = run_dir / TARGET_TOKENIZER
+    target_tokenizer = load_tokenizer(target) if target.is_file() else None
+    for name, tok in (("tokenizer.json", tokenizer), (TARGET_TOKENIZER, target_tokenizer)):
+        if tok is not None and tok.get_vocab_size() != config.model.vocab_size:
+            raise TformerError(f"{run_dir}: {name} does not match config.json (vocabulary size)")
     net = Transformer(config.model)
     load_weights(net, run_dir)
     setup_threads()
     dev = resolve_device(device)
     dtype = resolve_precision(precision, dev, config.model.d_model, inference=True)
     net = for_inference(net.to(dev).eval(), dev, dtype)
-    return LoadedRun(run_dir, config, net, tokenizer, dev, dtype, check_mode(compile))
+    return LoadedRun(
+        run_dir, config, net, tokenizer, dev, dtype, check_mode(compile), target_tokenizer
+    )
 
 
 def load_runs(

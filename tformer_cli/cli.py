@@ -8,7 +8,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -1002,6 +1002,84 @@ def serve_command(
         model, err, host=host, port=port, limits=limits, max_tokens=max_tokens, wait_ms=wait_ms,
         device=device, precision=precision, quiet=quiet,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- export, import
+@contextlib.contextmanager
+def interop_packages() -> Iterator[None]:
+    """A missing package of the interop routes as a one-line error naming what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise TformerError(
+            f"{e.name} is not installed: pip install ctranslate2 transformers sentencepiece"
+            " protobuf (or tformer's dev extra)"
+        ) from None
+
+
+@app.command("export")
+@friendly_errors
+def export_command(
+    run: Annotated[Path, typer.Argument(help="Run folder, or the name of one under runs/.")],
+    output: Annotated[Path, typer.Argument(help="Folder to write (new, or empty).")],
+    to: Annotated[
+        str, typer.Option("--to", help="ctranslate2, or hf (a MarianMTModel for transformers).")
+    ],
+    quantization: Annotated[
+        str,
+        typer.Option(
+            help="CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
+            " int16, float16 or bfloat16."
+        ),
+    ] = "float32",
+) -> None:
+    """Export a run for deployment or sharing, its tokenizer with it.
+
+    ctranslate2: any run, for CTranslate2's fast decoding (exact: the same weights and position
+    table). hf: a run trained post-LN with sinusoidal positions (the toy recipe's), as a
+    Hugging Face MarianMTModel folder with a fast tokenizer and a generation config.
+    """
+    from tformer_cli.checkpoint import resolve_run
+
+    if to not in ("ctranslate2", "hf"):
+        raise typer.BadParameter(f"{to!r}: use ctranslate2 or hf", param_hint="--to")
+    if to == "hf" and quantization != "float32":
+        raise typer.BadParameter("quantizes CTranslate2 weights only", param_hint="--quantization")
+    run_dir = resolve_run(run)
+    with interop_packages():
+        if to == "ctranslate2":
+            from tformer_cli.interop.ct2 import export_ctranslate2
+
+            written = export_ctranslate2(run_dir, output, quantization)
+        else:
+            from tformer_cli.interop.hf import export_hf
+
+            written = export_hf(run_dir, output)
+    out.print(f"exported {run_dir} -> {written} ({to})", markup=False)
+
+
+@app.command("import")
+@friendly_errors
+def import_command(
+    source: Annotated[
+        str, typer.Argument(help="hf:NAME (a model on the Hugging Face Hub) or a model folder.")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="Run name. Default: the model's (its last path part).")
+    ] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
+) -> None:
+    """Import a Hugging Face Marian model (e.g. hf:Helsinki-NLP/opus-mt-de-en) as a run.
+
+    translate, eval (give --data: an import has no data of its own), inspect-attention, serve
+    and train --init-from use it as a trained run; tformer runs lists it as imported. Offline
+    (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache.
+    """
+    with interop_packages():
+        from tformer_cli.interop.hf import import_marian
+
+        run_dir = import_marian(source, runs_dir, name)
+    out.print(f"imported {source} -> {run_dir}", markup=False)
 
 
 # ---------------------------------------------------------------------------- tokenizer

@@ -19,6 +19,8 @@ else:  # pragma: no cover
 
 Positional = Literal["sinusoidal", "learned"]
 Norm = Literal["post", "pre"]
+Activation = Literal["relu", "silu"]
+ACTIVATIONS = ("relu", "silu")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class ModelConfig:
     norm: Norm = "post"
     tie_embeddings: bool = True
     max_positions: int = 1024
+    activation: Activation = "relu"  # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
+    output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
         sizes = {"d_model": "--d-model", "h": "--heads", "d_ff": "--d-ff",
@@ -48,6 +52,8 @@ class ModelConfig:
             raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
         if not 0 <= self.dropout < 1:
             raise TformerError(f"dropout must be in [0, 1), not {self.dropout}")
+        if self.activation not in ACTIVATIONS:
+            raise TformerError(f"unknown activation {self.activation!r}: use relu or silu")
 
     @property
     def d_k(self) -> int:

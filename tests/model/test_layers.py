@@ -92,6 +92,14 @@ def test_feed_forward_is_relu_of_first_layer_then_second_layer():
     assert ffn.w_1.out_features == 16
 
 
+def test_feed_forward_with_silu_is_silu_of_first_layer_then_second_layer():
+    torch.manual_seed(3)
+    ffn = FeedForward(4, 16, "silu").eval()
+    x = torch.randn(2, 3, 4)
+    z = ffn.w_1(x)
+    assert torch.allclose(ffn(x), ffn.w_2(z * torch.sigmoid(z)), atol=1e-6)  # SiLU(z) = z σ(z)
+
+
 def test_post_norm_residual_is_layer_norm_of_x_plus_sublayer():
     torch.manual_seed(4)
     res = Residual(6, p=0.0, pre_norm=False).eval()

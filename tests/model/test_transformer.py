@@ -319,3 +319,16 @@ def test_load_run_gives_a_column_major_model_on_cpu(tmp_path, make_run):
     loaded = load_run(run_dir, "cpu").model
     assert loaded.generator.weight.t().is_contiguous()
     assert all(torch.equal(model.state_dict()[k], v) for k, v in loaded.state_dict().items())
+
+
+def test_the_output_bias_is_an_option_whose_default_keeps_the_state_dict(tiny_model, token_batch):
+    plain, biased = tiny_model(), tiny_model(output_bias=True)
+    assert set(biased.state_dict()) - set(plain.state_dict()) == {"generator.bias"}
+    assert not biased.generator.bias.any()  # zero at first
+    biased.load_state_dict({**plain.state_dict(), "generator.bias": biased.generator.bias})
+    src, y = token_batch([4, 3]), token_batch([3, 2], seed=1, eos=False)
+    with torch.no_grad():
+        biased.generator.bias[5] = 7.0
+        shift = biased(src, y) - plain(src, y)
+    assert torch.allclose(shift[..., 5], torch.full_like(shift[..., 5], 7.0), atol=1e-5)
+    assert torch.allclose(shift[..., :5], torch.zeros_like(shift[..., :5]), atol=1e-5)

@@ -89,16 +89,21 @@ class Embeddings(nn.Module):
         return dropout(x, self.p, self.training)
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3). Dropout is applied to its output by
-    ``Residual``, as the paper does for every sublayer, not inside it."""
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "silu": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int) -> None:
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3); with ``activation`` silu,
+    SiLU(z) = z * sigmoid(z) in place of max(0, z), as Marian's models use. Dropout is applied to
+    its output by ``Residual``, as the paper does for every sublayer, not inside it."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu") -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(torch.relu(self.w_1(x)))  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
+        return self.w_2(self.act(self.w_1(x)))  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
 
 
 class Residual(nn.Module):
@@ -126,7 +131,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -143,7 +148,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=False)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cross=True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, pre)
         self.res_ffn = Residual(cfg.d_model, cfg.dropout, pre)

@@ -84,7 +84,10 @@ class Transformer(nn.Module):
         pre = cfg.norm == "pre"  # pre-LN needs a final LayerNorm on each stack's output
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # logits = x W_out^T (+ b_out with ``output_bias``, zero at first)
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
+        if cfg.output_bias:
+            nn.init.zeros_(self.generator.bias)
         # Xavier on every matrix but the embeddings (N(0, 1/d): times sqrt(d) gives unit-variance
         # inputs, and tied output logits start small). On the fused (3d, d) W^Q|W^K|W^V this is
         # Xavier per block with gain 1/sqrt(2), the scaling fairseq chooses on purpose; on the

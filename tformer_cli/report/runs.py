@@ -18,6 +18,7 @@ States, in the order they are decided:
   without ``model.pt``.
 - ``finished``: the log's last records after training say it stopped by a stopping rule
   (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
+- ``imported``: a model made elsewhere (``tformer import``), with its ``model.pt``.
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
   or from step 0 with its settings when it stopped before its first save).
 """
@@ -59,7 +60,7 @@ except ImportError:  # pragma: no cover - Windows: no flock, so no "running" sta
 LOCK = ".lock"
 LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
 TRAINING_KEYS = ("loss", "valid_loss", "skipped_update")  # records written while training
-STATES = ("running", "finished", "interrupted", "broken")
+STATES = ("running", "finished", "interrupted", "broken", "imported")
 
 
 # ---------------------------------------------------------------------------- the run lock
@@ -340,7 +341,7 @@ def collect_run(run_dir: Path) -> RunInfo:
     info.update(progress(records, end), **scores_on_test(run_dir, config.train, end))
     if running:
         return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
-    return RunInfo(**info, **stopped_state(run_dir, end))
+    return RunInfo(**info, **stopped_state(run_dir, end, config.imported_from))
 
 
 def settings(config: RunConfig) -> dict[str, Any]:
@@ -396,9 +397,12 @@ def scores_on_test(run_dir: Path, train: TrainConfig, end: dict[str, Any]) -> di
     return found
 
 
-def stopped_state(run_dir: Path, end: dict[str, Any]) -> dict[str, Any]:
-    """The state of a run no process holds: finished, interrupted or broken, with the detail
-    (and for an interrupted run that ``--resume`` continues, that command)."""
+def stopped_state(
+    run_dir: Path, end: dict[str, Any], imported_from: str | None = None
+) -> dict[str, Any]:
+    """The state of a run no process holds: finished, interrupted, broken or imported (from
+    ``imported_from``), with the detail (and for an interrupted run that ``--resume``
+    continues, that command)."""
     has_model = (run_dir / "model.pt").is_file()
     finished = is_stopping_rule(end.get("stopped_by")) or "test_bleu" in end
     if has_model and not zipfile.is_zipfile(run_dir / "model.pt"):  # torch.save writes a zip
@@ -407,6 +411,8 @@ def stopped_state(run_dir: Path, end: dict[str, Any]) -> dict[str, Any]:
         load_tokenizer(run_dir / "tokenizer.json")
     except TformerError as e:
         return dict(state="broken", detail=str(e).replace(f"{run_dir}/", ""))
+    if imported_from is not None and has_model:  # made elsewhere: tformer import
+        return dict(state="imported", detail=f"from {imported_from}")
     if finished and has_model:
         return dict(state="finished", detail=str(end.get("stopped_by") or "finished"))
     if finished:

@@ -1,0 +1,254 @@
+"""Hugging Face: a run exported as a MarianMTModel, and a Marian checkpoint imported as a run,
+each computing what the other side computes."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GenerationConfig,
+    MarianConfig,
+    MarianMTModel,
+    MarianTokenizer,
+)
+
+from tests.interop.conftest import assert_one_line_error, cli, search_limit, toy_pairs
+from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_run
+from tformer_cli.config import DecodeConfig
+from tformer_cli.data.batching import make_batch
+from tformer_cli.data.tokenizer import PAD_ID, decode, encode
+from tformer_cli.decode.search import translate_ids
+from tformer_cli.interop.hf import export_hf, import_marian, run_config
+from tformer_cli.model import Transformer
+from tformer_cli.report.runs import collect_run
+
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """No test here may reach the Hub."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+
+
+# ---------------------------------------------------------------------------- export
+@pytest.fixture(scope="module")
+def exported(toy_run, tmp_path_factory) -> Path:
+    return export_hf(toy_run, tmp_path_factory.mktemp("hf") / "marian")
+
+
+def test_the_exported_marian_model_computes_tformers_logits(toy_run, exported, toy_test):
+    run = load_run(toy_run, "cpu")
+    torch.set_num_threads(1)
+    model = AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    targets = toy_pairs("test", len(toy_test))[1]
+    b = make_batch(encode(run.tokenizer, toy_test), encode(run.tokenizer, targets))
+    assert torch.equal(tokenizer(toy_test, return_tensors="pt", padding=True).input_ids, b.src)
+    with torch.no_grad():
+        ours = run.model(b.src, b.tgt_in)
+        theirs = model(input_ids=b.src, attention_mask=b.src != PAD_ID,
+                       decoder_input_ids=b.tgt_in).logits  # fmt: skip
+    real = b.tgt_in != PAD_ID
+    assert torch.allclose(ours[real], theirs[real], atol=1e-4)
+
+
+def test_the_exported_model_generates_tformers_greedy_translations(toy_run, exported, toy_test):
+    run = load_run(toy_run, "cpu")
+    torch.set_num_threads(1)
+    model = AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    sources = encode(run.tokenizer, toy_test)
+    ours = translate_ids(run.model, sources, DecodeConfig(beam=1))
+    batch = tokenizer(toy_test, return_tensors="pt", padding=True)
+    generated = model.generate(**batch, do_sample=False)
+    texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert texts == [decode(run.tokenizer, [t.hypotheses[0].tokens])[0] for t in ours]
+    assert all(t.hypotheses[0].finished for t in ours)  # none cut by the (different) limits
+    assert GenerationConfig.from_pretrained(exported).max_length == run.config.model.max_positions
+
+
+def test_an_untied_silu_run_with_an_output_bias_exports_exactly(tmp_path, make_run, token_batch):
+    run_dir, _ = make_run(tmp_path / "run")
+    config = RunConfig.load(run_dir)
+    cfg = dataclasses.replace(
+        config.model, tie_embeddings=False, activation="silu", output_bias=True
+    )
+    torch.manual_seed(1)
+    net = Transformer(cfg).eval()
+    with torch.no_grad():
+        net.generator.bias.normal_()
+    dataclasses.replace(config, model=cfg).save(run_dir)
+    atomic_torch_save(run_dir / "model.pt", net.state_dict())
+    model = AutoModelForSeq2SeqLM.from_pretrained(export_hf(run_dir, tmp_path / "hf")).eval()
+    assert not model.config.tie_word_embeddings
+    V = cfg.vocab_size
+    src, y = token_batch([5, 3], vocab=V), token_batch([4, 2], seed=1, eos=False, vocab=V)
+    with torch.no_grad():
+        theirs = model(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=y).logits
+        assert torch.allclose(net(src, y), theirs, atol=1e-4)
+
+
+def test_a_pre_ln_run_is_refused_in_one_line_naming_the_ctranslate2_route(
+    pre_ln_learned_run, tmp_path
+):
+    result = cli("export", pre_ln_learned_run, "--to", "hf", tmp_path / "out")
+    assert_one_line_error(result, "pre-LN", "--to ctranslate2")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- import
+def train_spm(texts: list[str], path: Path) -> Path:
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=120, model_type="unigram",
+        minloglevel=2,
+    )  # fmt: skip
+    path.write_bytes(model.getvalue())
+    return path
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory) -> Path:
+    """A tiny randomly initialised MarianMTModel as opus-mt checkpoints are laid out: one
+    vocabulary (``</s>`` 0, ``<unk>`` 1, ``<pad>`` last, the decoder's start), SentencePiece per
+    side trained on the toy corpus, SiLU, a non-zero final_logits_bias, pad banned in generation."""
+    root = tmp_path_factory.mktemp("marian")
+    src, tgt = toy_pairs("train", 2000)
+    spms = [train_spm(src, root / "source.spm"), train_spm(tgt, root / "target.spm")]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for path in spms:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        for i in range(sp.get_piece_size()):
+            if not (sp.is_control(i) or sp.is_unknown(i)):
+                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    pad = vocab["<pad>"] = len(vocab)
+    (root / "vocab.json").write_text(json.dumps(vocab))
+    config = MarianConfig(
+        vocab_size=pad + 1, decoder_vocab_size=pad + 1, d_model=32, encoder_layers=2,
+        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
+        max_position_embeddings=128, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
+        decoder_start_token_id=pad, forced_eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=pad, eos_token_id=0, pad_token_id=pad, bad_words_ids=[[pad]],
+        max_length=128,
+    )  # fmt: skip
+    folder = root / "opus-mt-toy"
+    model.save_pretrained(folder)
+    MarianTokenizer(*map(str, (*spms, root / "vocab.json")), source_lang="en",
+                    target_lang="de").save_pretrained(folder)  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def imported(marian_folder, tmp_path_factory) -> Path:
+    return import_marian(str(marian_folder), tmp_path_factory.mktemp("runs"))
+
+
+def test_an_imported_marian_model_computes_transformers_logits(marian_folder, imported, toy_test):
+    marian = MarianMTModel.from_pretrained(marian_folder).eval()
+    tokenizer = MarianTokenizer.from_pretrained(marian_folder)
+    _, order = run_config(marian.config, tokenizer)  # Marian's id of each of ours
+    run = load_run(imported, "cpu")
+    torch.set_num_threads(1)
+    targets = toy_pairs("test", len(toy_test))[1]
+    src, tgt = encode(run.tokenizer, toy_test), encode(run.tgt_tokenizer, targets)
+    assert [[*order[s].tolist(), 0] for s in src] == tokenizer(toy_test).input_ids
+    assert [[*order[t].tolist(), 0] for t in tgt] == tokenizer(text_target=targets).input_ids
+    b = make_batch(src, tgt)
+    with torch.no_grad():
+        ours = run.model(b.src, b.tgt_in)
+        theirs = marian(input_ids=order[b.src], attention_mask=b.src != PAD_ID,
+                        decoder_input_ids=order[b.tgt_in]).logits  # fmt: skip
+    real = b.tgt_in != PAD_ID
+    tokens = order != marian.config.pad_token_id  # our <pad> and <s> are Marian's banned <pad>
+    assert torch.allclose(ours[real][:, tokens], theirs[real][:, order[tokens]], atol=1e-4)
+    assert (ours[real][:, ~tokens] < -1000).all()
+
+
+def test_an_imported_marian_model_generates_transformers_greedy_output(
+    marian_folder, imported, toy_test
+):
+    marian = MarianMTModel.from_pretrained(marian_folder).eval()
+    _, order = run_config(marian.config, MarianTokenizer.from_pretrained(marian_folder))
+    run = load_run(imported, "cpu")
+    torch.set_num_threads(1)
+    cfg = DecodeConfig(beam=1)
+    sources = encode(run.tokenizer, toy_test[:10])
+    for source, translation in zip(sources, translate_ids(run.model, sources, cfg), strict=True):
+        hyp = translation.hypotheses[0]
+        generated = marian.generate(
+            torch.tensor([[*order[source].tolist(), 0]]), do_sample=False,
+            max_new_tokens=search_limit(source, cfg, run.config.model.max_positions),
+            forced_eos_token_id=None,  # tformer's search forces no </s> at the limit
+        )[0, 1:].tolist()  # fmt: skip
+        assert generated == [*order[hyp.tokens].tolist(), *([0] if hyp.finished else [])]
+
+
+def test_an_import_is_a_run_listed_as_imported_that_translate_and_eval_use(
+    marian_folder, imported, tmp_path
+):
+    config = RunConfig.load(imported)
+    assert config.imported_from == str(marian_folder)
+    assert (config.model.activation, config.model.output_bias) == ("silu", True)
+    assert (config.train.src_lang, config.train.tgt_lang) == ("en", "de")
+    info = collect_run(imported)
+    assert (info.state, info.detail) == ("imported", f"from {marian_folder}")
+    result = cli("translate", "-m", imported, "--greedy", "the dog sings .")
+    assert result.exit_code == 0, result.output
+    report = cli("eval", "-m", imported, "--data", "toy", "--limit", "4", "--beam", "2")
+    assert report.exit_code == 0, report.output
+    assert "Exposure gap in BLEU" in report.stdout and "Error accumulation" in report.stdout
+    runs = tmp_path / "runs"
+    result = cli("import", marian_folder, "--runs-dir", runs, "--name", "mt")
+    assert result.exit_code == 0 and (runs / "mt" / "model.pt").is_file(), result.output
+
+
+def test_train_init_from_fine_tunes_an_import(imported, tiny_corpus, tmp_path):
+    runs = tmp_path / "runs"
+    result = cli(
+        "train", "--init-from", imported, "--data", tiny_corpus, "--runs-dir", runs, "--name",
+        "tuned", "--max-steps", "1", "--device", "cpu", "--compile", "off", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert RunConfig.load(runs / "tuned").model == RunConfig.load(imported).model
+
+
+def test_what_is_not_an_importable_marian_checkpoint_is_one_line_and_writes_nothing(
+    marian_folder, toy_run, tmp_path
+):
+    runs = tmp_path / "runs"
+    assert_one_line_error(cli("import", toy_run, "--runs-dir", runs), "not a Hugging Face model")
+    gelu = tmp_path / "gelu"
+    MarianMTModel(MarianConfig(vocab_size=60, d_model=16, encoder_layers=1, decoder_layers=1,
+                               encoder_attention_heads=2, decoder_attention_heads=2,
+                               encoder_ffn_dim=16, decoder_ffn_dim=16, scale_embedding=True,
+                               activation_function="gelu", pad_token_id=59,
+                               decoder_start_token_id=59)).save_pretrained(gelu)  # fmt: skip
+    for f in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        (gelu / f).write_bytes((marian_folder / f).read_bytes())
+    assert_one_line_error(cli("import", gelu, "--runs-dir", runs), "activation gelu")
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_an_unreachable_hub_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    result = cli("import", "hf:Helsinki-NLP/opus-mt-de-en", "--runs-dir", tmp_path / "runs")
+    assert_one_line_error(result, "cannot load Hugging Face model", "127.0.0.1:9")
+    assert not (tmp_path / "runs").exists()

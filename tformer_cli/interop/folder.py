@@ -1,0 +1,42 @@
+"""A folder written whole or not at all: filled under a temporary name beside it, then renamed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tformer_cli.errors import TformerError
+from tformer_cli.files import sync_dir
+
+
+def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = False) -> Path:
+    """Call ``fill(tmp)`` on a new empty folder beside ``target``, then rename it to ``target``:
+    an error or Ctrl-C on the way leaves nothing behind. ``target`` must not exist (an empty
+    folder may), unless ``replace``."""
+    if target.exists() and not replace and not (target.is_dir() and not any(target.iterdir())):
+        raise TformerError(f"{target} already exists: give a new folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    except OSError as e:
+        raise TformerError(f"cannot write {target}: {e.strerror or e}") from None
+    try:
+        fill(tmp)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    sync_dir(target.parent)
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,255 @@
+"""Hugging Face: a run exported as a ``MarianMTModel`` folder, and a Marian checkpoint (a hub
+name or a folder) imported as a run.
+
+An import keeps tformer's special ids (``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3) by
+permuting the vocabulary rows: our id i is Marian's id ``order[i]``. Marian starts its decoder at
+its ``<pad>`` row (``decoder_start_token_id``), which becomes our ``<s>`` as well as our
+``<pad>``; the two get an output bias of ``BANNED`` (Marian's generation bans ``<pad>`` with
+``bad_words_ids``; tformer's search has no ban list). Each side's SentencePiece model becomes a
+``tokenizers`` Unigram over that one vocabulary (pieces the side's model lacks get a score far
+below the unknown-piece penalty, so they are never chosen): ``tokenizer.json`` encodes sources,
+``target_tokenizer.json`` targets.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, models, processors
+
+from tformer_cli.checkpoint import (
+    RUNS_DIR,
+    TARGET_TOKENIZER,
+    RunConfig,
+    atomic_torch_save,
+    load_run,
+)
+from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    save_tokenizer,
+)
+from tformer_cli.errors import TformerError
+from tformer_cli.interop.folder import write_folder
+from tformer_cli.interop.marian import POSITION_KEYS, from_marian, to_marian
+from tformer_cli.model import Transformer
+
+BANNED = -1e4  # output bias of the ids Marian never generates: finite, so training stays finite
+HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
+ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu"}  # Marian's names -> ours
+
+
+def quiet_transformers() -> None:
+    """No progress bars, info lines or warnings from ``transformers``: the command says what
+    it did in one line, and stderr keeps to errors."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
+# ---------------------------------------------------------------------------- export
+def marian_refusal(cfg: ModelConfig) -> str | None:
+    """Why a model of ``cfg`` cannot be a ``MarianMTModel``, or None."""
+    if cfg.norm == "pre":
+        return "it is pre-LN (--norm pre), and Marian's layers are post-LN"
+    if cfg.positional == "learned":
+        return "it learned its positions (--positional learned), and Marian's are sinusoidal"
+    return None
+
+
+def export_hf(run_dir: Path, out_dir: Path) -> Path:
+    """Write the run as a ``MarianMTModel`` folder that transformers' ``AutoTokenizer`` and
+    ``AutoModelForSeq2SeqLM`` load (and, in transformers 4, ``pipeline("translation")``):
+    config, safetensors weights, a ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending
+    ``</s>`` to each source) and a generation config whose length limit is the run's. Whole or
+    not at all."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+
+    quiet_transformers()
+    run = load_run(run_dir, device="cpu", precision="fp32")
+    cfg = run.config.model
+    why = marian_refusal(cfg)
+    if why is not None:
+        raise TformerError(f"{run.run_dir} cannot be a Marian model: {why}; use --to ctranslate2")
+    config = MarianConfig(
+        vocab_size=cfg.vocab_size, decoder_vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers, decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.h, decoder_attention_heads=cfg.h,
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+        activation_function="swish" if cfg.activation == "silu" else "relu",
+        max_position_embeddings=cfg.max_positions, scale_embedding=True,
+        share_encoder_decoder_embeddings=cfg.tie_embeddings, tie_word_embeddings=cfg.tie_embeddings,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
+    )  # fmt: skip
+    model = MarianMTModel(config).eval()
+    missing, unexpected = model.load_state_dict(
+        to_marian(run.model.state_dict(), cfg), strict=False
+    )
+    assert set(missing) <= set(POSITION_KEYS) and not unexpected, (missing, unexpected)
+    tok = Tokenizer.from_str(run.tokenizer.to_str())
+    eos = SPECIAL_TOKENS[EOS_ID]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A $B {eos}", special_tokens=[(eos, EOS_ID)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, **dict(zip(("pad_token", "unk_token", "bos_token", "eos_token"),
+                                         SPECIAL_TOKENS, strict=True)),
+    )  # fmt: skip
+    generation = GenerationConfig(
+        decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID, max_length=cfg.max_positions, num_beams=1,
+    )  # fmt: skip
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        fast.save_pretrained(tmp)
+        generation.save_pretrained(tmp)
+
+    return write_folder(out_dir, fill)
+
+
+# ---------------------------------------------------------------------------- import
+def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
+    """Make ``runs_dir/name`` a run from a Marian checkpoint: ``hf:NAME`` (the Hub, or its
+    cache with ``HF_HUB_OFFLINE=1``) or a folder. Whole or not at all."""
+    run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
+    if run_dir.exists():
+        raise TformerError(f"{run_dir} already exists: give the import another --name")
+    model, tokenizer = load_marian(source)
+    cfg, order = run_config(model.config, tokenizer)
+    net = Transformer(cfg)
+    state = net.state_dict()  # our own position tables (sinusoid buffers) stay
+    state.update(from_marian(model.state_dict(), cfg, order))
+    if order[BOS_ID] == model.config.pad_token_id:  # Marian's start row: never generated
+        state["generator.bias"][BOS_ID] = BANNED
+    state["generator.bias"][PAD_ID] = BANNED
+    net.load_state_dict(state)
+    pieces = marian_pieces(tokenizer, order)
+    src_tok, tgt_tok = (side_tokenizer(Path(f), pieces) for f in tokenizer.spm_files)
+    train = TrainConfig(
+        data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
+        vocab_size=cfg.vocab_size, max_len=cfg.max_positions,
+    )  # fmt: skip
+
+    def fill(tmp: Path) -> None:
+        save_tokenizer(src_tok, tmp / "tokenizer.json")
+        if tgt_tok.to_str() != src_tok.to_str():
+            save_tokenizer(tgt_tok, tmp / TARGET_TOKENIZER)
+        atomic_torch_save(tmp / "model.pt", net.state_dict())
+        RunConfig(cfg, train, imported_from=source).save(tmp)
+
+    return write_folder(run_dir, fill)
+
+
+def load_marian(source: str) -> tuple[Any, Any]:
+    """The ``MarianMTModel`` and ``MarianTokenizer`` of ``hf:NAME`` or a folder; one-line errors
+    for an unreachable Hub, a missing model or a folder that is not a Marian checkpoint."""
+    from transformers import AutoConfig, MarianMTModel, MarianTokenizer
+
+    quiet_transformers()
+    where = source.removeprefix("hf:")
+    if source.startswith("hf:"):
+        check_hub(where)
+    elif not Path(where).is_dir():
+        raise TformerError(f"{source} is not a folder; a model on the Hub is hf:NAME")
+    try:
+        config = AutoConfig.from_pretrained(where)
+    except Exception as e:  # missing config.json, bad JSON, unknown model type, network
+        raise TformerError(f"{source} is not a Hugging Face model ({first_line(e)})") from None
+    if config.model_type != "marian":
+        raise TformerError(f"{source} is a {config.model_type} model, not a Marian one")
+    try:
+        with warnings.catch_warnings():  # "Recommended: pip install sacremoses": see the docs
+            warnings.simplefilter("ignore")
+            tokenizer = MarianTokenizer.from_pretrained(where)
+        return MarianMTModel.from_pretrained(where).eval(), tokenizer
+    except Exception as e:  # missing weights or SentencePiece files, a corrupt file
+        raise TformerError(f"{source}: cannot load its Marian model ({first_line(e)})") from None
+
+
+def check_hub(name: str) -> None:
+    """Fail at once, in one line, when the Hub does not answer or has no such model (none of
+    this in offline mode, ``HF_HUB_OFFLINE=1``, where ``from_pretrained`` reads its cache)."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    try:
+        HfApi(endpoint=constants.ENDPOINT).model_info(name, timeout=HUB_TIMEOUT)
+    except Exception as e:  # refused, unresolvable, timed out, no such repository
+        raise TformerError(
+            f"cannot load Hugging Face model '{name}' from {constants.ENDPOINT} ({first_line(e)});"
+            " check the network and the name, or set HF_HUB_OFFLINE=1 to use a cached copy"
+        ) from None
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
+    """Our ``ModelConfig`` for a Marian config, and ``order``: Marian's id of each of our ids
+    (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order).
+    What tformer's model cannot express is a one-line error."""
+    refusals = {
+        "it does not scale embeddings by sqrt(d_model)": not config.scale_embedding,
+        "its encoder and decoder differ in heads or FFN width": (
+            config.encoder_attention_heads != config.decoder_attention_heads
+            or config.encoder_ffn_dim != config.decoder_ffn_dim
+        ),
+        "its source and target vocabularies are separate": (
+            tokenizer.separate_vocabs or config.decoder_vocab_size != config.vocab_size
+        ),
+        f"its activation {config.activation_function} is not relu or swish": (
+            config.activation_function not in ACTIVATIONS
+        ),
+    }
+    why = [reason for reason, bad in refusals.items() if bad]
+    if why:
+        raise TformerError(f"this Marian model cannot be a tformer run: {why[0]}")
+    special = [config.pad_token_id, tokenizer.unk_token_id, config.decoder_start_token_id,
+               config.eos_token_id]  # fmt: skip
+    order = torch.tensor(special + [i for i in range(config.vocab_size) if i not in special])
+    tied = config.share_encoder_decoder_embeddings and config.tie_word_embeddings
+    cfg = ModelConfig(
+        vocab_size=len(order), d_model=config.d_model, h=config.encoder_attention_heads,
+        d_ff=config.encoder_ffn_dim, n_encoder_layers=config.encoder_layers,
+        n_decoder_layers=config.decoder_layers, dropout=config.dropout, positional="sinusoidal",
+        norm="post", tie_embeddings=tied, max_positions=config.max_position_embeddings,
+        activation=ACTIVATIONS[config.activation_function], output_bias=True,
+    )  # fmt: skip
+    return cfg, order
+
+
+def marian_pieces(tokenizer: Any, order: torch.Tensor) -> list[str]:
+    """The piece of each of our ids: tformer's special tokens, then Marian's pieces."""
+    by_id = {i: piece for piece, i in tokenizer.encoder.items()}
+    return list(SPECIAL_TOKENS) + [by_id[int(i)] for i in order[len(SPECIAL_TOKENS) :]]
+
+
+def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
+    """A SentencePiece unigram model as a ``tokenizers`` Tokenizer over ``pieces`` (our ids):
+    its normalizer, pre-tokenizer and decoder as ``transformers`` converts them, its scores."""
+    from sentencepiece import sentencepiece_model_pb2
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(spm_file.read_bytes())
+    if proto.trainer_spec.model_type != proto.trainer_spec.UNIGRAM:
+        raise TformerError(f"{spm_file.name} is not a unigram SentencePiece model")
+    scores = {p.piece: p.score for p in proto.pieces}
+    absent = min(scores.values()) - 1000.0  # below the unknown-piece penalty: never chosen
+    vocab = [(piece, scores.get(piece, absent)) for piece in pieces]
+    tok = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
+    tok.model = models.Unigram(vocab, unk_id=UNK_ID, byte_fallback=proto.trainer_spec.byte_fallback)
+    return tok
