@@ -17,7 +17,7 @@ from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch, pad
 from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import EOS_ID, PAD_ID, encode, save_tokenizer, train_tokenizer
-from tformer_cli.decode.search import max_lengths
+from tformer_cli.decode.reference import max_lengths
 from tformer_cli.model import Transformer
 
 

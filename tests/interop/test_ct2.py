@@ -12,7 +12,7 @@ from tests.interop.conftest import assert_one_line_error, cli, search_limit
 from tformer_cli.checkpoint import load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import encode
-from tformer_cli.decode.search import translate_ids
+from tformer_cli.decode.translate import translate_ids
 from tformer_cli.errors import TformerError
 from tformer_cli.interop.ct2 import ctranslate2_cache, export_ctranslate2
 

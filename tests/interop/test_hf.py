@@ -25,7 +25,7 @@ from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.tokenizer import PAD_ID, decode, encode
-from tformer_cli.decode.search import translate_ids
+from tformer_cli.decode.translate import translate_ids
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.model import Transformer
 from tformer_cli.report.runs import collect_run
