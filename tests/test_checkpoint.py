@@ -284,6 +284,15 @@ def test_average_run_writes_the_mean_of_the_newest_checkpoints(tmp_path):
     assert torch.equal(load_state(target)["w"], torch.full((2,), 2.5))
 
 
+def test_average_run_of_a_name_under_runs_writes_into_that_run(tmp_path):
+    """``tformer average small`` wrote ./small/averaged.pt: the name was not resolved first."""
+    runs = tmp_path / "runs"
+    for step in (1, 2):
+        save_checkpoint(runs / "small", step, {"w": torch.full((2,), float(step))}, keep=5)
+    _, target = average_run(Path("small"), last=2, runs_dir=runs)
+    assert target == runs / "small" / "averaged.pt" and target.is_file()
+
+
 def test_average_run_needs_two_checkpoints(tmp_path):
     save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)}, keep=5)
     with pytest.raises(TformerError, match=r"1 checkpoint.*at least 2"):

@@ -168,10 +168,14 @@ def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, 
     return {k: (v / n).to(dtypes[k]) for k, v in total.items()}
 
 
-def average_run(run_dir: Path, last: int, output: Path | None = None) -> tuple[list[Path], Path]:
-    """Average the ``last`` newest checkpoints of a run into ``output`` (default
-    ``RUN/averaged.pt``), atomically. Returns the checkpoints averaged and the file written."""
-    paths = checkpoint_paths(resolve_run(run_dir))[-last:]
+def average_run(
+    run: Path, last: int, output: Path | None = None, runs_dir: Path = RUNS_DIR
+) -> tuple[list[Path], Path]:
+    """Average the ``last`` newest checkpoints of a run (a folder or a name under ``runs_dir``)
+    into ``output`` (default ``RUN/averaged.pt``), atomically. Returns the checkpoints averaged
+    and the file written."""
+    run_dir = resolve_run(run, runs_dir)
+    paths = checkpoint_paths(run_dir)[-last:]
     if len(paths) < 2:
         raise TformerError(
             f"{run_dir / CHECKPOINTS} holds {len(paths)} checkpoint(s); averaging needs at least 2"
