@@ -1038,5 +1038,12 @@ reflow_help(app, tokenizer_app)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
+    from tformer_cli.device import setup
+
+    try:
+        setup()
+    except TformerError as e:  # $TFORMER_THREADS unreadable: one line, as from a command
+        err.print(f"[bold red]Error:[/] {escape(str(e))}", highlight=False)
+        raise SystemExit(1) from None
     app(prog_name="tformer")
