@@ -57,11 +57,22 @@ def test_the_run_s_own_length_penalty_applies_unless_given(tmp_path, make_run):
     assert [f"{h.score:.4f}" for t in got for h in t.nbest] == [ln.split("\t")[1] for ln in lines]
 
 
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+def test_an_ensemble_and_int8_translate_as_the_command_does(tmp_path, make_run, precision):
+    runs = [make_run(tmp_path / "a")[0], make_run(tmp_path / "b", seed=1)[0]]
+    run = tformer.load(runs, device="cpu", precision=precision)
+    got = run.translate(TEXTS, beam=2)
+    args = [a for r in runs for a in ("-m", str(r))]
+    lines = cli_lines(*args, "-k", "2", "--precision", precision, *TEXTS)
+    assert [t.text for t in got] == lines
+
+
 def test_per_token_logprobs_sum_to_the_hypothesis_logprob(run_dir):
     run = tformer.load(run_dir, device="cpu")
     for t in run.translate(TEXTS, beam=3, nbest=2):
         for h in t.nbest:
-            assert len(h.token_logprobs) == len(h.tokens) + h.finished
+            assert len(h.token_logprobs) == len(h.tokens)
+            assert (h.tokens[-1:] == ["</s>"]) is h.finished
             assert sum(h.token_logprobs) == pytest.approx(h.logprob, abs=1e-4)
 
 
@@ -131,6 +142,13 @@ def test_loading_changes_no_thread_count(run_dir):
         (lambda r: tformer.load(r, alpha=-1), "alpha"),
         (lambda r: tformer.load(r, device="cpu").translate(TEXTS, beam=2, nbest=3), "nbest"),
         (lambda r: tformer.load(r, device="cpu").translate([1, 2]), "texts"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam="5"), "beam"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam=True), "beam"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam=0), "beam"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", alpha="x"), "alpha"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", max_tokens=0), "max_tokens"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", sample=1), "sample"),
+        (lambda r: tformer.load(r, device="cpu", precision="fp8"), "fp8"),
         (lambda r: tformer.load(r, device="cpu").translate("a", temperature=0.5), "temperature"),
         (lambda r: tformer.load(r, device="cpu").score(["a"], ["a", "b"]), "targets"),
         (lambda r: tformer.load(r, device="cpu").trace("red", top=0), "top"),

@@ -24,7 +24,9 @@ from tformer_cli.report.evaluation import EvalReport, render_report, report_json
 
 def rich_html(renderable: RenderableType, width: int = 100) -> str:
     """A rich renderable (the CLI's tables) as an HTML fragment with inline styles."""
-    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True)
+    console = Console(
+        record=True, width=width, file=io.StringIO(), force_terminal=True, force_jupyter=False
+    )
     console.print(renderable)
     return console.export_html(
         inline_styles=True, code_format="<pre style='{stylesheet}'>{code}</pre>"
@@ -33,9 +35,9 @@ def rich_html(renderable: RenderableType, width: int = 100) -> str:
 
 @dataclass(frozen=True)
 class Hyp:
-    """One hypothesis of an n-best list: its text, token pieces, score (beam: length-normalised;
-    MBR: expected utility), summed log-probability, per-token log-probabilities (``</s>`` last
-    when ``finished``) and whether ``</s>`` ended it."""
+    """One hypothesis of an n-best list: its text, token pieces (``</s>`` last when
+    ``finished``: ``</s>`` ended it), score (beam: length-normalised; MBR: expected utility),
+    summed log-probability, and the log-probability of each token."""
 
     text: str
     tokens: list[str]

@@ -75,6 +75,37 @@ def threads_kept() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+WHOLE = {
+    "beam",
+    "nbest",
+    "mbr",
+    "min_len",
+    "max_len_b",
+    "seed",
+    "top_k",
+    "max_tokens",
+    "chunk_size",
+}
+REAL = {"alpha", "temperature", "max_len_a", "top_p", "epsilon"}
+OPTIONAL = {"alpha", "top_k", "top_p", "epsilon"}
+
+
+def check_numbers(**values: Any) -> None:
+    """A ``TformerError`` naming the first search setting of the wrong type (``True`` is no
+    beam, ``"5"`` no number); their ranges are ``DecodeConfig``'s to check."""
+    for name, value in values.items():
+        if value is None and name in OPTIONAL:
+            continue
+        kinds = (int,) if name in WHOLE else (int, float) if name in REAL else None
+        if kinds and (isinstance(value, bool) or not isinstance(value, kinds)):
+            noun = "whole number" if name in WHOLE else "number"
+            raise TformerError(f"{name}: a {noun}, not {value!r}")
+        if name == "sample" and not isinstance(value, bool):
+            raise TformerError(f"sample: True or False, not {value!r}")
+        if name in ("max_tokens", "chunk_size") and value < 1:
+            raise TformerError(f"{name}: at least 1, not {value}")
+
+
 def decode_config(
     beam: int, alpha: float, nbest: int, sample: bool,
     sampling: tuple[float, int | None, float | None, float | None], mbr: int, **rest: Any,
@@ -120,6 +151,7 @@ class Run:
         return f"Run({names}, device={self.loaded[0].device}, alpha={self.alpha:g})"
 
     def _config(self, beam: int, alpha: float | None, nbest: int, **options: Any) -> DecodeConfig:
+        check_numbers(beam=beam, alpha=alpha, nbest=nbest, **options)
         sampling = tuple(options.pop(k) for k in ("temperature", "top_k", "top_p", "epsilon"))
         return decode_config(
             beam, self.alpha if alpha is None else alpha, nbest, options.pop("sample"),
@@ -140,6 +172,7 @@ class Run:
             top_p=top_p, epsilon=epsilon, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
             min_len=min_len, max_len_a=max_len_a, max_len_b=max_len_b, seed=seed,
         )  # fmt: skip
+        check_numbers(max_tokens=max_tokens)
         items = as_texts(texts)
         results = translate_texts(self.loaded, items, cfg, max_tokens)
         pairs = [
@@ -148,17 +181,17 @@ class Run:
             for t, h in zip(r.translations, r.hypotheses, strict=True)
         ]
         targets = [h.tokens + [EOS_ID] * h.finished for _, h, _ in pairs]
-        per_token = self._forced([encode(self.tokenizer, [s])[0] for s, _, _ in pairs], targets)
+        per_token = self._forced(encode(self.tokenizer, [s for s, _, _ in pairs]), targets)
         hyps = iter(
             Hyp(
                 t,
-                [self.tokenizer.id_to_token(i) for i in h.tokens],
+                [self.tokenizer.id_to_token(i) for i in ids],
                 h.score,
                 h.logprob,
                 lps,
                 h.finished,
             )
-            for (_, h, t), lps in zip(pairs, per_token, strict=True)
+            for (_, h, t), ids, lps in zip(pairs, targets, per_token, strict=True)
         )
         return [Translation(r.source, [next(hyps) for _ in r.hypotheses]) for r in results]
 
@@ -171,6 +204,7 @@ class Run:
         source, target = as_path(path, "path"), as_path(out, "out")
         cfg = self._config(beam, alpha, 1, sample=False, temperature=1.0, top_k=None,
                            top_p=None, epsilon=None, mbr=0)  # fmt: skip
+        check_numbers(chunk_size=chunk_size, max_tokens=max_tokens)
         chunks = translate_chunks(self.loaded, file_lines(source), cfg, chunk_size, max_tokens)
         return save_translations(target, chunks, "plain")
 
@@ -239,9 +273,7 @@ class Run:
         src_ids = src[0, :-1].tolist()
         if target is None:
             best = self.translate(text, beam=beam)[0].nbest[0]
-            targets = [self.tokenizer.token_to_id(p) for p in best.tokens] + [
-                EOS_ID
-            ] * best.finished
+            targets = [self.tokenizer.token_to_id(p) for p in best.tokens]  # </s> included
         else:
             targets = [*encode(self.tokenizer, as_texts(target, "target"))[0], EOS_ID]
         with inference(lead.device, lead.dtype):
