@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.conftest import REPO
 from tformer_cli import device
 from tformer_cli.device import (
     busy_cores,
@@ -282,3 +283,18 @@ def test_setup_threads_changes_nothing_until_setup_is_called(monkeypatch):
     assert torch.get_num_threads() == 3
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(device.KERNEL_CACHE)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith("inductor")
+
+
+def test_the_command_line_reports_an_unreadable_tformer_threads_where_it_did(tmp_path, make_run):
+    """``setup()`` at the entry point: --version still works; loading a run says why not."""
+    run_dir, _ = make_run(tmp_path / "run")
+    env = {**os.environ, "TFORMER_THREADS": "many", "PYTHONPATH": str(REPO)}
+
+    def tformer(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "tformer_cli", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    assert tformer("--version").returncode == 0
+    failed = tformer("translate", "-m", str(run_dir), "red")
+    assert failed.returncode == 1
+    assert failed.stderr.strip() == "Error: TFORMER_THREADS must be a whole number, not 'many'"

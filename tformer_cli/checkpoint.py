@@ -28,7 +28,7 @@ from tformer_cli import __version__
 from tformer_cli.compile import check_mode
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.tokenizer import load_tokenizer
-from tformer_cli.device import resolve_device, resolve_precision
+from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
@@ -251,6 +251,7 @@ def load_run(
         )
     net = Transformer(config.model)
     load_weights(net, run_dir)
+    setup_threads()
     dev = resolve_device(device)
     dtype = resolve_precision(precision, dev, config.model.d_model, inference=True)
     net = for_inference(net.to(dev).eval(), dev, dtype)

@@ -1061,9 +1061,6 @@ def main() -> None:
     """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
     from tformer_cli.device import setup
 
-    try:
-        setup()
-    except TformerError as e:  # $TFORMER_THREADS unreadable: one line, as from a command
-        err.print(f"[bold red]Error:[/] {escape(str(e))}", highlight=False)
-        raise SystemExit(1) from None
+    with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that
+        setup()  # set threads (loading a run, training) say so, on one line, as before
     app(prog_name="tformer")

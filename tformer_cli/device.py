@@ -173,12 +173,13 @@ _process_wide = False  # set by setup(): the process asked for tformer's process
 
 def setup() -> None:
     """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
-    (``setup_threads``, and again whenever training or evaluation starts), glibc's allocator
+    (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
     (``reuse_freed_memory``), oneDNN's kernel cache (``cache_compiled_kernels``), TF32 matmuls
     on GPUs that have TF32 units, and Inductor's on-disk cache folder (``keep_inductor_cache``).
 
-    The command line calls it at start. Importing ``tformer_cli`` or loading a run changes none
-    of these: a library user who wants them calls ``tformer_cli.setup()`` once, first.
+    The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
+    evaluating changes none of these until it has been called (their ``setup_threads`` calls do
+    nothing before): a library user who wants them calls ``tformer_cli.setup()`` once, first.
     """
     global _process_wide
     _process_wide = True
