@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from tformer_cli.decode.search import Hypothesis
 from tformer_cli.decode.trace import FINISHED, KEPT, Live, Trace
 from tformer_cli.report.attention import render
 from tformer_cli.report.attention.maps import AttentionMaps, HeadRow
@@ -160,7 +161,7 @@ class TraceView:
         return self.trace.steps
 
     @property
-    def final(self) -> list[Any]:
+    def final(self) -> list[Hypothesis]:
         return self.trace.final
 
     def to_dict(self) -> dict[str, Any]:
