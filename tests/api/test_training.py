@@ -58,7 +58,7 @@ def test_resume_keeps_the_run_s_settings_and_takes_a_new_stopping_rule(
 ):
     resumed = tformer.train(resume=trained.path, max_steps=6, d_model=64, quiet=True)
     assert resumed.config.model.d_model == 32 and resumed.config.train.max_steps == 6
-    assert resumed.history()[-1]["step"] == 6 or any(r.get("step") == 6 for r in resumed.history())
+    assert any(r.get("step") == 6 for r in resumed.history())
 
 
 def test_an_unknown_option_or_recipe_is_a_tformer_error(tmp_path):
