@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/python -m pip
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench notebook clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_train.py
+
+# Re-execute the tour in place (its runs in a temporary folder), outputs kept for GitHub.
+notebook: $(STAMP)
+	$(BIN)/python -m tests.test_notebook notebooks/tour.ipynb
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

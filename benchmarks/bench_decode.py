@@ -47,7 +47,7 @@ from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import DecodeStep, round_up
-from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup_threads
+from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup
 from tformer_cli.model import Transformer
 from tformer_cli.model.quantize import quantize_int8
 
@@ -368,7 +368,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precisions", default="", help="e.g. fp32,int8,bf16 (default: by device)")
     parser.add_argument("--compile", default="auto", help="our step: auto, on or off")
-    parser.add_argument("--threads", type=int, default=0, help="0: every core (setup_threads)")
+    parser.add_argument("--threads", type=int, default=0, help="0: every core (tformer_cli.setup)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate()")
     parser.add_argument("--no-hf-best", action="store_true", help="skip HF's static+compiled row")
     parser.add_argument(
@@ -383,7 +383,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.sentences = 1, 2
-    setup_threads()
+    setup()
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()

@@ -55,7 +55,7 @@ from tformer_cli.device import (
     cpu_has_fast_bf16,
     cpu_model,
     cuda_native_bf16,
-    setup_threads,
+    setup,
 )
 from tformer_cli.model import Transformer
 from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
@@ -405,7 +405,7 @@ def main() -> None:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         sys.exit(relaunch(args.nproc))
     device = torch.device(args.device)
-    setup_threads()
+    setup()
     world = init_world(device.type)
     if world.size > 1 and device.type == "cuda":
         device = torch.device("cuda", world.local_rank)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.conftest import REPO
 from tformer_cli import device
 from tformer_cli.device import (
     busy_cores,
@@ -81,6 +82,7 @@ def test_bf16_asked_for_by_name_runs_where_the_gpu_can_at_all(gpu):
 def test_tf32_is_switched_on_only_where_the_gpu_has_it(gpu, monkeypatch, capability, tf32):
     gpu(capability)
     monkeypatch.setattr(device, "reuse_freed_memory", lambda: None)
+    monkeypatch.setattr(device, "_process_wide", True)  # as after setup()
     torch.set_float32_matmul_precision("highest")
     setup_threads()
     assert (torch.get_float32_matmul_precision() != "highest") is tf32
@@ -267,3 +269,32 @@ def test_int8_is_an_inference_precision_on_the_cpu_only():
         resolve_precision("int8", CPU)
     with pytest.raises(TformerError, match=r"use fp32, bf16, int8 \(CPU\) or auto$"):
         resolve_precision("int4", CPU, inference=True)
+
+
+def test_setup_threads_changes_nothing_until_setup_is_called(monkeypatch):
+    monkeypatch.setenv("TFORMER_THREADS", "3")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(device, "reuse_freed_memory", lambda: None)
+    setup_threads()  # a library's process: left as it is
+    assert torch.get_num_threads() == 1 and "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    monkeypatch.setattr(device, "_process_wide", False)  # undone after the test
+    device.setup()
+    assert torch.get_num_threads() == 3
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(device.KERNEL_CACHE)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith("inductor")
+
+
+def test_the_command_line_reports_an_unreadable_tformer_threads_where_it_did(tmp_path, make_run):
+    """``setup()`` at the entry point: --version still works; loading a run says why not."""
+    run_dir, _ = make_run(tmp_path / "run")
+    env = {**os.environ, "TFORMER_THREADS": "many", "PYTHONPATH": str(REPO)}
+
+    def tformer(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "tformer_cli", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    assert tformer("--version").returncode == 0
+    failed = tformer("translate", "-m", str(run_dir), "red")
+    assert failed.returncode == 1
+    assert failed.stderr.strip() == "Error: TFORMER_THREADS must be a whole number, not 'many'"

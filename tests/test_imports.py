@@ -1,6 +1,6 @@
-"""The package's imports point one way, down the order data flows (DESIGN.md section 1):
+"""The package's imports point one way, down the order data flows:
 
-    cli -> train -> report -> decode -> interop -> checkpoint -> (model | data)
+    cli -> api -> train -> report -> decode -> interop -> checkpoint -> (model | data)
         -> config/device/files
         -> errors/console/__init__
 
@@ -11,6 +11,9 @@ Every import counts: at the top of a module, inside a function, and under ``TYPE
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ PACKAGE = "tformer_cli"
 # Layers from the top (0) down; a module may import its own layer or any layer below it.
 LAYERS: list[tuple[str, ...]] = [
     ("cli", "__main__", "serve"),
+    ("api",),
     ("train",),
     ("report",),
     ("decode",),
@@ -72,9 +76,19 @@ def imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str
     return found
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
+# The package itself re-exports the public API, imported on first use of a name (PEP 562
+# ``__getattr__``): importing ``tformer_cli`` imports nothing, so these edges make no cycle at
+# run time. They are checked apart (``test_the_package_re_exports_only_the_public_api``).
+FACE = PACKAGE
+FACE_TARGETS = {f"{PACKAGE}.api", f"{PACKAGE}.device", f"{PACKAGE}.errors"}
+
+
+def import_graph(root: Path, with_face: bool = False) -> dict[str, set[str]]:
     modules = package_modules(root)
-    return {name: imported_modules(path, name, modules) for name, path in modules.items()}
+    graph = {name: imported_modules(path, name, modules) for name, path in modules.items()}
+    if not with_face and FACE in graph:
+        graph[FACE] = set()
+    return graph
 
 
 def layer_of(module: str) -> int:
@@ -140,6 +154,21 @@ def test_no_module_imports_another_that_imports_it_back():
 
 def test_every_import_points_down_the_data_flow():
     assert upward_imports(import_graph(REPO)) == []
+
+
+def test_the_package_re_exports_only_the_public_api():
+    assert import_graph(REPO, with_face=True)[FACE] <= FACE_TARGETS
+
+
+def test_importing_the_package_imports_no_torch_and_sets_nothing():
+    code = (
+        "import os, sys; before = dict(os.environ); import tformer_cli as t; "
+        "assert 'torch' not in sys.modules and dict(os.environ) == before; "
+        "assert callable(t.load) and 'torch' in sys.modules; print('ok')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_every_module_belongs_to_a_layer():

@@ -343,10 +343,43 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
 
 def test_requests_without_alpha_take_the_runs_beam_alpha(run):
     """The request bodies' default length penalty is the run's ``beam_alpha``."""
-    translate_body, attention_body = serve.request_models(LIMITS, 1.2)
+    translate_body, attention_body, _ = serve.request_models(LIMITS, 1.2)
     assert translate_body(texts=["red"]).alpha == attention_body(text="red").alpha == 1.2
     assert translate_body(texts=["red"], alpha=0.3).alpha == 0.3
     train = dataclasses.replace(run.config.train, beam_alpha=0.9)
     app = create_app(dataclasses.replace(run, config=dataclasses.replace(run.config, train=train)))
     schemas = app.openapi()["components"]["schemas"]
     assert schemas["TranslateRequest"]["properties"]["alpha"]["default"] == 0.9
+
+
+def test_trace_answers_the_json_of_translate_trace(client, run_dir, tmp_path):
+    body = {"text": "one big red dog", "beam": 3, "top": 2}
+    answer = client.post("/trace", json=body)
+    assert answer.status_code == 200, answer.text
+    path = tmp_path / "trace.json"
+    result = CliRunner().invoke(
+        cli_app, ["translate", "-m", str(run_dir), "-k", "3", "--trace", str(path), body["text"]]
+    )
+    assert result.exit_code == 0, result.output
+    wanted = json.loads(path.read_text(encoding="utf-8"))
+    got = answer.json()
+    assert [f["text"] for f in got["final"]] == [f["text"] for f in wanted["final"]]
+    assert got["steps"][0][0]["next"][:2] == wanted["steps"][0][0]["next"][:2]
+    assert all(len(h["next"]) <= 2 for step in got["steps"] for h in step)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [({"text": " "}, "text: nothing to translate"), ({"text": "one", "top": 0}, "top")],
+)
+def test_bad_trace_requests_get_422_naming_the_field(client, body, message):
+    answer = client.post("/trace", json=body)
+    assert answer.status_code == 422 and answer.json()["detail"].startswith(message)
+
+
+def test_the_page_s_example_comes_from_the_run_s_own_data(client):
+    from tformer_cli.data.corpus import load_corpus
+
+    example = client.get("/model").json()["example"]
+    assert example in load_corpus("toy")["valid"]["src"][:100]  # the run's data: toy
+    assert "the big dog sees a small cat" not in client.get("/").text

@@ -1,3 +1,83 @@
-"""tformer: a small, fast, readable Transformer toolkit for neural machine translation."""
+"""tformer: a small, fast, readable Transformer toolkit for neural machine translation.
+
+``import tformer_cli as tformer``, then ``tformer.load``, ``tformer.train``, ``tformer.runs``,
+``tformer.compare`` (docs/python.md). The API loads on first use: importing the package imports
+neither torch nor anything else, and changes no process-wide setting; ``tformer.setup()``
+applies the ones the command line runs with.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from tformer_cli.api import (
+        Attention,
+        Curves,
+        Evaluation,
+        Hyp,
+        Run,
+        Score,
+        TraceView,
+        Translation,
+        compare,
+        load,
+        runs,
+        train,
+    )
+    from tformer_cli.device import setup
+    from tformer_cli.errors import TformerError
+
+PUBLIC = {
+    "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TraceView", "Translation",
+    "compare", "load", "runs", "train",
+}  # fmt: skip
+
+__all__ = [
+    "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TformerError", "TraceView",
+    "Translation", "__version__", "compare", "load", "runs", "setup", "train",
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The public API's names, imported on first use (PEP 562)."""
+    if name in PUBLIC:
+        from tformer_cli import api
+
+        return getattr(api, name)
+    if name == "setup":
+        from tformer_cli.device import setup
+
+        return setup
+    if name == "TformerError":
+        from tformer_cli.errors import TformerError
+
+        return TformerError
+    raise AttributeError(f"module 'tformer_cli' has no attribute {name!r}")
+
+
+class _TrainPackage(types.ModuleType):
+    """The ``tformer_cli.train`` subpackage, also callable as the API's ``train()``: once a
+    subpackage is imported, the import system makes it the package's attribute of that name,
+    which would hide the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from tformer_cli.api import train
+
+        return train(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    """This package's module: makes the ``train`` subpackage callable as it is attached."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "train" and type(value) is types.ModuleType:
+            value.__class__ = _TrainPackage
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

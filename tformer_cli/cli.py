@@ -575,6 +575,17 @@ def read_inputs(
     return read_lines(sys.stdin.buffer, "stdin"), None
 
 
+def write_trace(path: Path, runs: list[Any], texts: list[str], cfg: DecodeConfig) -> None:
+    """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
+    from tformer_cli.api import Run
+    from tformer_cli.files import atomic_write_text
+
+    if not texts or cfg.sampling is not None or cfg.mbr:
+        raise TformerError("--trace follows the search of a sentence given as an argument")
+    traced = Run(runs, cfg.alpha).trace(texts[0], beam=cfg.beam, top=cfg.beam + 5)
+    atomic_write_text(path, traced.to_json() + "\n")
+
+
 @app.command()
 @friendly_errors
 def translate(
@@ -646,6 +657,13 @@ def translate(
     json_out: Annotated[
         bool, typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing.")
     ] = False,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the step-through search of the first text as JSON here: each step's"
+            " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
+        ),
+    ] = None,
     device: Device = "auto",
     precision: Annotated[
         str, typer.Option(help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster).")
@@ -684,6 +702,8 @@ def translate(
     run = load_runs(model, device, precision, compile)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
+    if trace is not None:
+        write_trace(trace, run, texts or [], cfg)
     style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
@@ -1124,5 +1144,9 @@ reflow_help(app, tokenizer_app)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
+    from tformer_cli.device import setup
+
+    with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that
+        setup()  # set threads (loading a run, training) say so, on one line, as before
     app(prog_name="tformer")

@@ -5,7 +5,7 @@ caller, who knows where compiling measured faster (per device, precision and amo
 A compiled function falls back to eager, with a one-line notice, when compiling fails; the
 first call's compile time is reported (on stderr unless the caller takes the notices).
 Inductor's on-disk cache lives under ``~/.cache/tformer/inductor`` (or
-``$TORCHINDUCTOR_CACHE_DIR``), so a second run reuses it.
+``$TORCHINDUCTOR_CACHE_DIR``) once ``device.setup()`` ran, so a second run reuses it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class Compiled(Generic[R]):
         on_notice: Callable[[str], None] | None = None,
         **options: Any,
     ) -> None:
-        keep_inductor_cache()
         self.eager, self.name = fn, name
         self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
         self.compiled: Callable[..., R] | None = torch.compile(fn, **options)

@@ -15,6 +15,7 @@ from functools import cache
 
 import torch
 
+from tformer_cli.compile import keep_inductor_cache
 from tformer_cli.errors import TformerError
 
 
@@ -167,11 +168,33 @@ def cache_compiled_kernels() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(KERNEL_CACHE))
 
 
+_process_wide = False  # set by setup(): the process asked for tformer's process-wide settings
+
+
+def setup() -> None:
+    """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
+    (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
+    (``reuse_freed_memory``), oneDNN's kernel cache (``cache_compiled_kernels``), TF32 matmuls
+    on GPUs that have TF32 units, and Inductor's on-disk cache folder (``keep_inductor_cache``).
+
+    The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
+    evaluating changes none of these until it has been called (their ``setup_threads`` calls do
+    nothing before): a library user who wants them calls ``tformer_cli.setup()`` once, first.
+    """
+    global _process_wide
+    _process_wide = True
+    keep_inductor_cache()
+    setup_threads()
+
+
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
     with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
     Also ``reuse_freed_memory()``, ``cache_compiled_kernels()``, and TF32 matmuls on GPUs
-    that have TF32 units (Ampere+)."""
+    that have TF32 units (Ampere+). Nothing unless ``setup()`` was called: a process that
+    imports tformer as a library keeps its own settings."""
+    if not _process_wide:
+        return
     cores = len(allowed_cpus())
     wanted = os.environ.get("TFORMER_THREADS", "")
     if wanted and not wanted.isdigit():

@@ -24,8 +24,10 @@ from typing import Annotated, Any
 from rich.console import Console
 
 from tformer_cli import __version__
+from tformer_cli.api import Run
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
+from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.decode.streams import format_translations
 from tformer_cli.decode.translate import Batching, translate_texts
@@ -76,6 +78,7 @@ class Job:
     cfg: DecodeConfig
     tokens: int
     attention: bool = False
+    trace: int = 0  # > 0: the traced search of one text, this many next tokens per hypothesis
     future: Future = field(default_factory=Future)
 
 
@@ -84,6 +87,27 @@ def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, 
     their token labels, and the per-head summary of cross-attention."""
     maps = attend(run, text, cfg)
     return json.loads(to_json(maps, summary_rows(maps, "cross")))
+
+
+def trace_record(run: LoadedRun, text: str, cfg: DecodeConfig, top: int) -> dict[str, Any]:
+    """What ``tformer translate --trace`` writes for ``text``: the step-through search."""
+    return Run([run], cfg.alpha).trace(text, beam=cfg.beam, top=top).to_dict()
+
+
+def example_text(run: LoadedRun) -> str:
+    """A sentence of the run's own data for the page to start with: the shortest of the first
+    100 source sentences of its valid split; "" where the data is remote (``hf:``) or unreadable."""
+    train = run.config.train
+    if train.data.startswith("hf:"):
+        return ""
+    files = {name: getattr(train, name) for name in PARALLEL_FILES}
+    try:
+        corpus = load_corpus(
+            train.data, src_lang=train.src_lang, tgt_lang=train.tgt_lang, seed=train.seed, **files
+        )
+    except (TformerError, OSError, ValueError):
+        return ""
+    return min(corpus["valid"]["src"][:100], key=len, default="")
 
 
 class Batcher:
@@ -130,9 +154,9 @@ class Batcher:
         while not stop and (first := self.queue.get()) is not None:
             jobs, stop = self._gather(first)
             live = [j for j in jobs if j.future.set_running_or_notify_cancel()]  # not timed out
-            groups: dict[tuple[bool, DecodeConfig], list[Job]] = {}
+            groups: dict[tuple[bool, int, DecodeConfig], list[Job]] = {}
             for job in live:
-                groups.setdefault((job.attention, job.cfg), []).append(job)
+                groups.setdefault((job.attention, job.trace, job.cfg), []).append(job)
             for group in groups.values():
                 self._run(group)
 
@@ -141,6 +165,8 @@ class Batcher:
         try:
             if group[0].attention:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
+            elif group[0].trace:
+                answers = [trace_record(self.run, j.texts[0], j.cfg, j.trace) for j in group]
             else:
                 texts = [t for j in group for t in j.texts]
                 results = translate_texts(self.run, texts, group[0].cfg, Batching(self.max_tokens))
@@ -208,10 +234,10 @@ def field_name(loc: tuple[Any, ...]) -> str:
     return name or "body"
 
 
-def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type]:
-    """The bodies of ``/translate`` and ``/attention``, with the limits in their schema and
-    ``alpha`` (the run's ``beam_alpha``) as the default length penalty. Strict: ``"5"`` is not
-    a beam, and an unknown field is an error (a typo is not ignored)."""
+def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type, type]:
+    """The bodies of ``/translate``, ``/attention`` and ``/trace``, with the limits in their
+    schema and ``alpha`` (the run's ``beam_alpha``) as the default length penalty. Strict:
+    ``"5"`` is not a beam, and an unknown field is an error (a typo is not ignored)."""
     strict = ConfigDict(extra="forbid", strict=True)
     text = Annotated[str, Field(max_length=limits.max_chars)]
     beam = {"ge": 1, "le": limits.max_beam, "description": "Beam size (1: greedy)."}
@@ -231,7 +257,15 @@ def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type]:
         beam=(int, Field(1, **beam)),
         alpha=(float, penalty),
     )
-    return translate, attention
+    trace = create_model(
+        "TraceRequest",
+        __config__=strict,
+        text=(text, ...),
+        beam=(int, Field(3, **beam)),
+        top=(int, Field(3, ge=1, le=10, description="Next tokens shown per hypothesis.")),
+        alpha=(float, penalty),
+    )
+    return translate, attention, trace
 
 
 # ---------------------------------------------------------------------------- the app
@@ -260,6 +294,7 @@ def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any
         "limits": dataclasses.asdict(limits),
         "max_tokens": max_tokens,
         "config": dataclasses.asdict(run.config),
+        "example": example_text(run),
     }
 
 
@@ -270,7 +305,7 @@ def create_app(
     batcher = Batcher(run, max_tokens, wait_ms / 1000)
     info = model_info(run, limits, max_tokens)
     positions = run.model.cfg.max_positions
-    translate_body, attention_body = request_models(limits, run.config.train.beam_alpha)
+    translate_body, attention_body, trace_body = request_models(limits, run.config.train.beam_alpha)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -335,6 +370,14 @@ def create_app(
         tokens = count_tokens([body.text], "text")
         cfg = DecodeConfig(beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, attention=True))
+
+    @app.post("/trace", summary="The step-through search of one text: `translate --trace`")
+    async def trace(body: trace_body) -> dict[str, Any]:  # type: ignore[valid-type]
+        if not body.text.strip():
+            raise HTTPException(422, "text: nothing to translate: the text is empty")
+        tokens = count_tokens([body.text], "text")
+        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha)
+        return await answer(Job([body.text], cfg, tokens, trace=body.top))
 
     @app.get("/health", summary="Liveness and counters")
     async def health() -> dict[str, Any]:

@@ -138,6 +138,7 @@ def test_eval_threads_come_from_the_option_then_tformer_threads_then_idle_cores(
     monkeypatch, corpus_run, env, option, threads
 ):
     monkeypatch.setenv("TFORMER_THREADS", env)
+    monkeypatch.setattr(device, "_process_wide", True)  # the CLI's process: after setup()
     monkeypatch.setattr(device, "allowed_cpus", lambda: {0, 1})
     monkeypatch.setattr(device, "busy_cores", lambda: 2.0)  # both cores busy with other work
     asked = request(limit=1, threads=option, device="auto")

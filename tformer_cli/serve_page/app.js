@@ -56,6 +56,7 @@ async function loadModel() {
       `d_model ${c.d_model} · ${(m.parameters / 1e6).toFixed(2)}M parameters · ` +
       `${m.device} ${m.precision}`;
     for (const id of ["beam", "nbest"]) $(id).max = m.limits.max_beam;
+    if (m.example && !$("texts").value) $("texts").value = m.example;  // from the run's own data
   } catch (e) {
     $("model-info").textContent = `Could not read the model: ${e.message}`;
   }
@@ -80,6 +81,7 @@ async function translate(event) {
     showTranslations(translations, beam);
     setStatus(`${texts.length} ${texts.length > 1 ? "sentences" : "sentence"} in ${ms} ms`);
     await inspect(translations[0].source, beam);
+    await showTrace(translations[0].source, beam);
   } catch (e) {
     setStatus(e.message, true);
   } finally {
@@ -105,6 +107,40 @@ function showTranslations(translations, beam) {
       el("p", { class: "source", text: r.source }), hyps, button));
   }
   $("results").hidden = false;
+}
+
+// ---------------------------------------------------------------- step-through search
+async function showTrace(text, beam) {
+  let t;
+  try {
+    t = await api("trace", { text, beam, top: 3 });
+  } catch (e) {
+    setStatus(e.message, true);
+    return;
+  }
+  const nodes = new Map(t.steps.flat().map((h) => [h.id, h]));
+  const children = new Map();
+  for (const h of nodes.values()) {
+    if (!children.has(h.parent)) children.set(h.parent, []);
+    children.get(h.parent).push(h.id);
+  }
+  const node = (id) => {
+    const h = nodes.get(id);
+    const next = h.next.map((c) => el("span", {
+      class: `candidate ${c.status}`, title: `${c.status}, log p ${c.logprob.toFixed(3)}`,
+      text: `${c.token} ${c.p.toFixed(2)}`,
+    }));
+    return el("li", {},
+      el("span", { class: "node", text: h.tokens.length ? h.tokens[h.tokens.length - 1] : "<s>" }),
+      el("span", { class: "next" }, ...next),
+      el("ul", {}, ...(children.get(id) || []).map(node)));
+  };
+  $("trace-sentence").textContent = `${t.source} · beam ${t.beam}, alpha ${t.alpha}`;
+  $("trace-tree").replaceChildren(...(children.get(null) || []).map(node));
+  $("trace-final").replaceChildren(...t.final.map((f) => el("li", {
+    text: `${f.score.toFixed(3)}  ${f.text}${f.finished ? "" : " (cut off)"}`,
+  })));
+  $("trace").hidden = false;
 }
 
 // ---------------------------------------------------------------- attention
