@@ -190,64 +190,6 @@ Threads = Annotated[
 # ---------------------------------------------------------------------------- train
 M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
 
-# train's options -> (config table, field); "layers" sets both stacks
-TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
-    "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
-    "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
-    "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
-    "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
-    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
-    "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
-    "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
-    "positional": ("model", "positional"), "norm": ("model", "norm"),
-    "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
-    "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
-    "decay": ("train", "decay"), "compile": ("train", "compile"),
-    "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
-    "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
-    "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
-    "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
-    "save_every": ("train", "save_every"),
-    "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
-    "beam_alpha": ("train", "beam_alpha"),
-    "precision": ("train", "precision"), "device": ("train", "device"),
-    "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
-    "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
-    "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
-}  # fmt: skip
-
-
-def fine_tuning(
-    run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
-) -> tuple[ModelConfig, TrainConfig]:
-    """The settings of a run that starts from ``run``'s weights: its model settings and
-    tokenizer, the rest as given. A model option given that contradicts them is an error."""
-    from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
-    from tformer_cli.model import Transformer
-
-    run = resolve_run(run)
-    if not (run / "model.pt").is_file():
-        raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
-    source = RunConfig.load(run).model
-    load_weights(Transformer(source), run)  # before any folder is made: a mismatch is an error
-    for option in sorted(given):
-        table, *fields = TRAIN_OPTIONS[option]
-        for field in fields:
-            if table == "model" and getattr(model_cfg, field) != getattr(source, field):
-                raise TformerError(
-                    f"--{option.replace('_', '-')} {getattr(model_cfg, field)} contradicts"
-                    f" {run}'s {getattr(source, field)}: --init-from takes the run's model"
-                )
-    if "tokenizer_file" in given:
-        raise TformerError("--init-from takes the run's tokenizer: give no --tokenizer-file")
-    tokenizer = str((run / "tokenizer.json").resolve())
-    max_len = (
-        train_cfg.max_len if "max_len" in given else min(train_cfg.max_len, source.max_positions)
-    )
-    return source, dataclasses.replace(
-        train_cfg, init_from=str(run.resolve()), tokenizer_file=tokenizer, max_len=max_len
-    )
-
 
 @app.command()
 @friendly_errors
@@ -420,7 +362,8 @@ def train(
     from tformer_cli.checkpoint import RunConfig
     from tformer_cli.data.corpus import kept_data
     from tformer_cli.train.distributed import LAUNCHED, launch
-    from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
+    from tformer_cli.train.setup import RESUME_OVERRIDES, TRAIN_OPTIONS, fine_tuning, new_run_dir
+    from tformer_cli.train.trainer import Trainer
 
     if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
         if os.environ.get("WORLD_SIZE"):

@@ -21,7 +21,9 @@ from tformer_cli.checkpoint import load_state
 from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.train import trainer as trainer_module
-from tformer_cli.train.trainer import Trainer, TrainState, budget_updates, lr_at
+from tformer_cli.train.schedule import budget_updates, lr_at
+from tformer_cli.train.state import TrainState
+from tformer_cli.train.trainer import Trainer
 
 
 # ---------------------------------------------------------------------------- shape

@@ -22,15 +22,10 @@ from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
 from tformer_cli.train import trainer as trainer_module
 from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.trainer import (
-    MAX_NONFINITE,
-    Trainer,
-    forward_loss,
-    lr_at,
-    new_run_dir,
-    prepare,
-    stop_on_interrupt,
-)
+from tformer_cli.train.schedule import lr_at
+from tformer_cli.train.setup import new_run_dir, prepare
+from tformer_cli.train.state import stop_on_interrupt
+from tformer_cli.train.trainer import MAX_NONFINITE, Trainer, forward_loss
 
 
 # ---------------------------------------------------------------------------- schedule

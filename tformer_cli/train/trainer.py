@@ -19,15 +19,9 @@ import json
 import math
 import os
 import random
-import resource
-import shutil
-import signal
-import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +44,7 @@ from tformer_cli.compile import maybe_compile
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch, make_batch, padding_waste, token_batches
-from tformer_cli.data.corpus import load_corpus
-from tformer_cli.data.data_cache import CACHE_DIR, DataCache
-from tformer_cli.data.tokenizer import decode, load_tokenizer
+from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.search import translate_ids
 from tformer_cli.device import (
     autocast,
@@ -77,97 +69,29 @@ from tformer_cli.train.distributed import (
     leave_world,
 )
 from tformer_cli.train.loss import label_smoothed_loss
+from tformer_cli.train.schedule import budget_updates, decay_progress, lr_at
 from tformer_cli.train.scheduled_sampling import (
     check_schedule,
     mix_inputs,
     model_predictions,
     teacher_forcing_prob,
 )
+from tformer_cli.train.setup import (
+    _overrides,
+    prepare,
+    removed_on_failure,
+    tensorboard_writer,
+)
+from tformer_cli.train.state import (
+    TrainResult,
+    TrainState,
+    kill_point,
+    peak_memory_mib,
+    stop_on_interrupt,
+)
 
 LOG_EVERY = 25  # steps between log.jsonl lines
 MAX_NONFINITE = 5  # updates in a row with a non-finite loss or gradient that stop the run
-
-
-@dataclass
-class Split:
-    """An encoded split: token ids without specials, and the raw target text for BLEU."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    refs: list[str]
-
-
-@dataclass
-class TrainState:
-    """Where training stands; saved in ``last.pt`` so ``--resume`` continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_bleu: float = -1.0
-    best_step: int = 0
-    stale_validations: int = 0
-    elapsed: float = 0.0
-    tgt_tokens: int = 0
-    skipped: int = 0  # updates skipped for a non-finite loss or gradient
-    skipped_in_a_row: int = 0
-    # --max-minutes as a number of updates, estimated at the end of warm-up and again after
-    # every validation
-    budget_updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
-    budget_minutes: float = 0.0  # the --max-minutes it was estimated for
-    update_seconds: float = 0.0  # measured seconds per update, validations spread over them
-    mark_step: int = 0  # (update, elapsed) where the measuring for the next estimate began
-    mark_elapsed: float = 0.0
-    valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
-    decay_from: int = 0  # the update where the latest estimate took over the decay (0: none)
-    decay_progress: float = 0.0  # the decay's progress (0 to 1) at that update
-
-    @classmethod
-    def saved(cls, values: dict[str, Any]) -> TrainState:
-        """The state saved in a last.pt, less what older versions kept and this one does not."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    run_dir: Path
-    state: TrainState
-    test_bleu: float | None
-    stopped_by: str
-    interrupted: bool = False  # by Ctrl-C: last.pt holds where to resume
-
-
-def lr_at(
-    step: int, cfg: TrainConfig, total: int | None = None, start: tuple[int, float] | None = None
-) -> float:
-    """Linear warm-up to ``cfg.lr`` over ``warmup`` steps, then 1/sqrt(step) decay (paper 5.3);
-    or, given the ``total`` updates of a budget, ``cfg.budget_decay`` to 0 at update ``total``
-    ("Budgeted Training", Li et al. 2020): linear lr * (1 - u), or cosine lr * (1 + cos(pi u))
-    / 2, with progress u from ``decay_progress``; 0 from ``total`` on."""
-    step = max(step, 1)
-    if step <= cfg.warmup:
-        return cfg.lr * step / cfg.warmup
-    if cfg.budget_decay is None or total is None:
-        return cfg.lr * math.sqrt(cfg.warmup / step)
-    u = decay_progress(step, total, start or (cfg.warmup, 0.0))
-    if cfg.budget_decay == "linear":
-        return cfg.lr * (1.0 - u)
-    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * u))
-
-
-def decay_progress(step: int, total: int, start: tuple[int, float]) -> float:
-    """The decay's progress at ``step``: linear from ``start`` = (update, progress), the end of
-    warm-up at 0 or where a later estimate of ``total`` took over, to 1 at update ``total``."""
-    at, u = start
-    return min(1.0, max(0.0, u + (1.0 - u) * (step - at) / max(total - at, 1)))
-
-
-def budget_updates(step: int, elapsed: float, update_seconds: float, minutes: float) -> int:
-    """The update at which ``minutes`` of training run out, from update ``step`` at ``elapsed``
-    seconds on at ``update_seconds`` per update; at least ``step + 1``."""
-    left = max(0.0, minutes * 60 - elapsed)
-    return step + max(1, round(left / max(update_seconds, 1e-9)))
 
 
 def forward_loss(
@@ -244,115 +168,6 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimize
     return torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=fused
     )
-
-
-@contextmanager
-def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
-    """Remove ``run_dir`` again if it is ``made`` here and what writes its first files fails or
-    is interrupted (Ctrl-C while the data is tokenized): no half-made run is left behind."""
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-
-
-def prepare(
-    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
-) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
-    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
-    and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
-
-    The run folder is created only once the corpus and the tokenizer are ready, so bad data or
-    bad tokenizer settings leave nothing.
-    """
-    corpus = load_corpus(
-        cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
-        tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
-        valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
-    )  # fmt: skip
-    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
-    tok_path = run_dir / "tokenizer.json"
-    if resume:
-        tok = load_tokenizer(tok_path)
-    elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
-        load_tokenizer(Path(cfg.tokenizer_file))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
-        tok = load_tokenizer(tok_path)
-        console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
-    else:
-        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
-        tok = load_tokenizer(tok_path)
-        how = (
-            f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
-            if hit
-            else f"trained a {cfg.tokenizer_kind} tokenizer"
-        )
-        console.log(f"{how}: {tok.get_vocab_size()} types")
-    encoded, entry, hit = cache.encoded(tok_path)
-    if hit:
-        n = sum(len(refs) for _, _, refs in encoded.values())
-        console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
-    else:
-        console.log(f"tokenized data: cached at {entry}")
-    splits = {}
-    for name, (src, tgt, refs) in encoded.items():
-        if name == "train":
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
-                )
-            if not keep:  # the caller removes the new run folder, as for bad data
-                raise TformerError(
-                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
-                    " on a side (--max-len)"
-                )
-        else:
-            longest = max_positions - 1  # room for </s> (source) or <s> (target)
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) <= longest]
-            if src and not keep:
-                raise TformerError(
-                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
-                )
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
-                    f" {longest} tokens"
-                )
-        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
-        splits[name] = Split(src, tgt, refs)
-    return tok, splits
-
-
-@contextmanager
-def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C (SIGINT) or SIGTERM sets a flag, so the loop finishes its update and
-    saves; a second one aborts. SIGTERM is how a cluster scheduler preempts a job and how
-    torchrun stops its workers when Ctrl-C reaches it."""
-    flag = [False]
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag[0]:
-            raise KeyboardInterrupt
-        flag[0] = True
-
-    stops = (signal.SIGINT, signal.SIGTERM)
-    try:
-        previous = {s: signal.signal(s, handler) for s in stops}
-    except ValueError:  # not the main thread: leave signals alone
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
 
 
 class Trainer:
@@ -906,17 +721,6 @@ class Trainer:
         return TrainResult(self.run_dir, s, test_bleu, stopped_by or "", interrupted[0])
 
 
-# On --resume only these may change: the stopping rules, the save interval and the device (a
-# run moved between CPU and CUDA continues, though not bit for bit); any other setting would
-# break exact continuation.
-RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_every", "device")
-
-
-def _overrides(cfg: TrainConfig) -> dict[str, Any]:
-    """The settings of ``cfg`` that replace a resumed run's own."""
-    return {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
-
-
 # What ``--compile auto`` does for the training step: eager, since compiling measured no faster
 # on any device. ``forward_loss`` under ``torch.compile(dynamic=True)`` against eager (3+3
 # layers, d 256, V 8k, pre-LN, 4,096-token batches):
@@ -932,52 +736,3 @@ def _overrides(cfg: TrainConfig) -> dict[str, Any]:
 #   16 ms per update, compiled 17 (after 29 s of compiling); at 16,384-token batches eager 17,
 #   compiled 77: the step took as long at 4x the tokens, bound by the host launching kernels.
 COMPILE_PAYS = False
-
-
-def tensorboard_writer(folder: Path) -> Callable[[], Any]:
-    """A maker of ``torch.utils.tensorboard.SummaryWriter(folder)``; a one-line error where
-    the ``tensorboard`` package is not installed."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise TformerError(
-            "--tensorboard needs the tensorboard package: pip install tensorboard"
-        ) from None
-    return lambda: SummaryWriter(str(folder))
-
-
-def kill_point(event: str) -> None:
-    """Tests only: ``TFORMER_TEST_KILL_AT=EVENT:N`` SIGKILLs this process at the N-th ``event``
-    (``update``: an update made, nothing saved since; ``save``: inside a save of last.pt, the
-    new file written but not yet in place), as a power cut or the OOM killer would."""
-    at = os.environ.get("TFORMER_TEST_KILL_AT")
-    if at:
-        _events[event] += 1
-        if at == f"{event}:{_events[event]}":
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-_events: Counter[str] = Counter()
-
-
-def peak_memory_mib(device: torch.device) -> float:
-    """The process's peak resident memory in MiB (CUDA: the device's peak allocation)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
-
-
-def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
-    """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
-    if name is None:
-        stem = Path(data.removeprefix("hf:")).name or "run"
-        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
-        raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
-    if name.startswith("."):  # hidden, as the data cache (runs/.cache) is: tformer runs skips it
-        raise TformerError(f"--name {name!r} must not start with a dot")
-    run_dir = runs_dir / name
-    if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
-        raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
-    return run_dir
