@@ -1,6 +1,7 @@
 """What a run keeps on disk and between processes: its progress (``TrainState``, saved in
 ``last.pt`` with the weights and the optimizer), the trimming of what a killed run wrote past
-its last save, the signals that stop it cleanly, and the kill points of the crash-safety tests.
+its last save, the signals that stop it cleanly, the kill points of the crash-safety tests, and
+the peak memory its last log record keeps.
 
 Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
 minutes, atomically, so a kill at any moment loses at most the work since the last save, and
@@ -16,7 +17,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import resource
 import signal
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -198,3 +201,11 @@ class KillPoints:
             self.seen[event] += 1
             if self.at == f"{event}:{self.seen[event]}":
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """The process's peak resident memory in MiB (CUDA: the device's peak allocation)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10

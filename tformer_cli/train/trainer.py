@@ -15,8 +15,6 @@ import gc
 import json
 import math
 import random
-import resource
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -51,6 +49,7 @@ from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
 from tformer_cli.train.distributed import ONE_PROCESS, World, agree, leave_world
 from tformer_cli.train.loss import label_smoothed_loss
+from tformer_cli.train.schedule import make_optimizer
 from tformer_cli.train.scheduled_sampling import (
     check_schedule,
     sampled_inputs,
@@ -72,6 +71,7 @@ from tformer_cli.train.state import (
     forget_after,
     load_last,
     micro_seeds,
+    peak_memory_mib,
     save_last,
     stop_on_interrupt,
 )
@@ -152,15 +152,6 @@ def train_step(
     return total, made
 
 
-def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with the paper's betas (0.9, 0.98), eps 1e-9, no weight decay; PyTorch's fused
-    kernel on CPU and CUDA (one pass over all parameters instead of ~10 ops per tensor)."""
-    fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=fused
-    )
-
-
 class TokenRate:
     """Target tokens per second of training; validations and saves are left out."""
 
@@ -234,7 +225,8 @@ class Trainer:
         if self.world.main:
             self._take_run(model_cfg, resume)
         ids = [self.device.index] if self.device.index is not None else None
-        self.ddp = DistributedDataParallel(self.model, ids) if self.world.size > 1 else None
+        ddp = self.world.size > 1
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids) if ddp else None
         self.last_save = time.perf_counter()
         train = self.data["train"]
         self.lengths = [max(len(s), len(t)) + 1 for s, t in zip(train.src, train.tgt, strict=True)]
@@ -611,11 +603,3 @@ class Trainer:
         if self.board is not None:
             self.board.close()
         return TrainResult(self.run_dir, s, test_bleu, stopped_by, interrupted)
-
-
-def peak_memory_mib(device: torch.device) -> float:
-    """The process's peak resident memory in MiB (CUDA: the device's peak allocation)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
