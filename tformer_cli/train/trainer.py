@@ -392,21 +392,16 @@ class Trainer:
         valid = self.data["valid"]
         tf = teacher_forced(self.model, valid.src, valid.tgt, self.cfg.max_tokens, self.dtype)
         score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
-        if score > self.state.best_bleu:
-            s = self.state
+        s = self.state
+        if score > s.best_bleu:
             s.best_bleu, s.best_step, s.stale_validations = score, s.step, 0
             atomic_torch_save(self.run_dir / "model.pt", self.model.state_dict())
         else:
-            self.state.stale_validations += 1
+            s.stale_validations += 1
         if self.cfg.average:
-            state = self.model.state_dict()
-            save_checkpoint(self.run_dir, self.state.step, state, self.cfg.average)
-        return {
-            "valid_loss": tf.xent,
-            "valid_ppl": tf.ppl,
-            "valid_acc": tf.accuracy,
-            "valid_bleu": score,
-        }
+            save_checkpoint(self.run_dir, s.step, self.model.state_dict(), self.cfg.average)
+        return {"valid_loss": tf.xent, "valid_ppl": tf.ppl, "valid_acc": tf.accuracy,
+                "valid_bleu": score}  # fmt: skip
 
     def _validate_or_save(self) -> None:
         """Validate every --valid-every updates (rank 0), else save last.pt when --save-every
