@@ -55,8 +55,8 @@ def train(data: Path, runs: Path, name: str, *options: str) -> str:
 
 
 def test_a_small_model_learns_multi30k_and_a_second_run_reuses_the_cache(tmp_path, multi30k_head):
-    """300 updates on every core (no time cap: an AMD EPYC without fast bf16 took more than two
-    minutes on one thread and stopped at BLEU 3.7, so a cap made the floor a test of the CPU)."""
+    """300 updates on every core, with no time cap: a slow CPU would stop early under a cap,
+    which would make the floor a test of the CPU."""
     runs = tmp_path / "runs"
     output = train(multi30k_head, runs, "first", "--max-steps", "300", "--average", "3")
     bleu = float(re.search(r"test BLEU \(greedy, sacrebleu\): ([\d.]+)", output)[1])

@@ -77,7 +77,7 @@ class Budget:
 
     updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
     minutes: float = 0.0  # the --max-minutes it was estimated for
-    update_seconds: float = 0.0  # measured seconds per update, validations spread over them
+    update_seconds: float = 0.0  # seconds per update as timed, validations spread over them
     mark_step: int = 0  # (update, elapsed) where the measuring for the next estimate began
     mark_elapsed: float = 0.0
     valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
@@ -118,7 +118,7 @@ class Budget:
     ) -> str | None:
         """Before update ``step + 1``, ``elapsed`` seconds in: where an estimate is due, turn
         --max-minutes into a number of updates, the seconds left divided by the seconds per
-        update measured since the previous estimate (from halfway through warm-up for the
+        update timed since the previous estimate (from halfway through warm-up for the
         first), a validation's seconds spread over the --valid-every updates it follows. Rank
         0's clock decides and every rank gets its numbers, so that DDP ranks keep one schedule.
         Returns what to say about it."""
@@ -139,11 +139,11 @@ class Budget:
         self.decay_from, self.decay_progress = step, self.progress(step, cfg)
         self.updates, self.minutes, self.update_seconds = int(total), cfg.max_minutes, seconds
         self.mark_step, self.mark_elapsed, self.valid_seconds = step, elapsed, 0.0
-        measured = f"{train * 1000:.0f} ms/update" + (
+        rate = f"{train * 1000:.0f} ms/update" + (
             f" and {valid:.1f} s per validation (every {cfg.valid_every})" if validations else ""
         )
         return (
-            f"--max-minutes {cfg.max_minutes:g}: {measured} over updates {started}-{step}, so"
+            f"--max-minutes {cfg.max_minutes:g}: {rate} over updates {started}-{step}, so"
             f" the learning rate decays ({cfg.budget_decay}) to 0 at update {self.updates}"
             f"{f' (was {was})' if was else ''}"
         )
