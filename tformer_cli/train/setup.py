@@ -148,13 +148,14 @@ def resumed_configs(
     if ignored and say is not None:
         names = ", ".join("--" + o.replace("_", "-") for o in ignored)
         say(f"note: {names} ignored: a resumed run keeps its settings")
+    train_cfg = dataclasses.replace(saved.train, **(overrides or {}))
     if not (run_dir / "last.pt").exists() and (run_dir / "model.pt").exists():
         raise TformerError(
             f"{run_dir} has a model.pt but no last.pt (the optimizer state and progress"
             f" a resume needs), so it cannot be resumed; to train its weights on, start"
             f" a new run: tformer train --init-from {run_dir} --name NEW"
         )
-    return saved.model, dataclasses.replace(saved.train, **(overrides or {}))
+    return saved.model, train_cfg
 
 
 def check_max_len(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
