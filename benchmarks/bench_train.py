@@ -60,7 +60,8 @@ from tformer_cli.device import (
 from tformer_cli.model import Transformer
 from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
 from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.trainer import forward_loss, make_optimizer, train_step
+from tformer_cli.train.schedule import make_optimizer
+from tformer_cli.train.trainer import forward_loss, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 

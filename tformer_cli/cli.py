@@ -24,7 +24,6 @@ from tformer_cli.config import (
     ModelConfig,
     SamplingConfig,
     TrainConfig,
-    from_dict,
     load_recipe,
 )
 from tformer_cli.console import StopOnClosedPipe, make_progress
@@ -189,64 +188,6 @@ Threads = Annotated[
 
 # ---------------------------------------------------------------------------- train
 M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
-
-# train's options -> (config table, field); "layers" sets both stacks
-TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
-    "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
-    "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
-    "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
-    "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
-    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
-    "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
-    "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
-    "positional": ("model", "positional"), "norm": ("model", "norm"),
-    "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
-    "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
-    "decay": ("train", "decay"), "compile": ("train", "compile"),
-    "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
-    "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
-    "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
-    "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
-    "save_every": ("train", "save_every"),
-    "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
-    "beam_alpha": ("train", "beam_alpha"),
-    "precision": ("train", "precision"), "device": ("train", "device"),
-    "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
-    "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
-    "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
-}  # fmt: skip
-
-
-def fine_tuning(
-    run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
-) -> tuple[ModelConfig, TrainConfig]:
-    """The settings of a run that starts from ``run``'s weights: its model settings and
-    tokenizer, the rest as given. A model option given that contradicts them is an error."""
-    from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
-    from tformer_cli.model import Transformer
-
-    run = resolve_run(run)
-    if not (run / "model.pt").is_file():
-        raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
-    source = RunConfig.load(run).model
-    load_weights(Transformer(source), run)  # before any folder is made: a mismatch is an error
-    for option in sorted(given):
-        table, *fields = TRAIN_OPTIONS[option]
-        for field in fields:
-            if table == "model" and getattr(model_cfg, field) != getattr(source, field):
-                raise TformerError(
-                    f"--{option.replace('_', '-')} {getattr(model_cfg, field)} contradicts"
-                    f" {run}'s {getattr(source, field)}: --init-from takes the run's model"
-                )
-    if "tokenizer_file" in given:
-        raise TformerError("--init-from takes the run's tokenizer: give no --tokenizer-file")
-    tokenizer = str((run / "tokenizer.json").resolve())
-    max_len = (
-        train_cfg.max_len if "max_len" in given else min(train_cfg.max_len, source.max_positions)
-    )
-    return source, dataclasses.replace(
-        train_cfg, init_from=str(run.resolve()), tokenizer_file=tokenizer, max_len=max_len
-    )
 
 
 @app.command()
@@ -417,55 +358,37 @@ def train(
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.checkpoint import RunConfig
-    from tformer_cli.data.corpus import kept_data
     from tformer_cli.train.distributed import LAUNCHED, launch
-    from tformer_cli.train.trainer import RESUME_OVERRIDES, Trainer, new_run_dir
+    from tformer_cli.train.setup import (
+        TRAIN_OPTIONS,
+        new_configs,
+        new_run_dir,
+        resume_options,
+        resumed_configs,
+    )
+    from tformer_cli.train.trainer import Trainer
 
     if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
         if os.environ.get("WORLD_SIZE"):
             raise TformerError("--nproc starts torchrun itself: not under torchrun")
         raise typer.Exit(launch(nproc, sys.argv[2:], nnodes, rdzv_endpoint))
 
-    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     recipe = load_recipe(preset) if preset else {}
-    for table in tables:
-        tables[table].update(recipe.get(table, {}))
 
-    def is_given(option: str) -> bool:  # set on the command line, not left at its default
-        source = ctx.get_parameter_source(option)  # an enum of click's, or of typer's own copy
-        return source is not None and source.name != "DEFAULT"
+    def given(options: Iterable[str]) -> dict[str, Any]:  # set on the command line, not defaults
+        sources = {o: ctx.get_parameter_source(o) for o in options}  # click's enum, or typer's
+        known = [o for o, source in sources.items() if source is not None]
+        return {o: ctx.params[o] for o in known if sources[o].name != "DEFAULT"}
 
-    given = {option for option in TRAIN_OPTIONS if is_given(option)}
-    for option, (table, *fields) in TRAIN_OPTIONS.items():
-        value = ctx.params[option]
-        for field in fields:
-            if option in given or field not in tables[table]:
-                tables[table][field] = str(value) if isinstance(value, Path) else value
+    options = given(TRAIN_OPTIONS)
     log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
     if resume is not None:  # the run's own settings; given stopping rules and --device win
-        saved = RunConfig.load(resume)  # before its first save it starts over (see Trainer)
-        stops = {o: TRAIN_OPTIONS[o][1] for o in given if TRAIN_OPTIONS[o][1] in RESUME_OVERRIDES}
-        ignored = sorted(
-            {o for o in (*given, "preset", "name", "runs_dir") if is_given(o)} - set(stops)
-        )
-        if ignored:
-            names = ", ".join("--" + o.replace("_", "-") for o in ignored)
-            log.print(f"note: {names} ignored: a resumed run keeps its settings", markup=False)
-        train_cfg = dataclasses.replace(
-            saved.train, **{field: ctx.params[o] for o, field in stops.items()}
-        )
-        model_cfg, run_dir = saved.model, resume
+        overrides, ignored = resume_options({**options, **given(("preset", "name", "runs_dir"))})
+        say = functools.partial(log.print, markup=False)
+        model_cfg, train_cfg = resumed_configs(resume, overrides, ignored, say)
+        run_dir = resume
     else:
-        train_cfg = from_dict(TrainConfig, tables["train"])
-        if train_cfg.src_file is not None and is_given("data"):
-            raise TformerError("give --data or --src-file/--tgt-file, not both")
-        train_cfg = kept_data(train_cfg)
-        model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
-        if init_from is not None:
-            model_cfg, train_cfg = fine_tuning(init_from, model_cfg, train_cfg, given)
-        elif tokenizer_file is not None:
-            train_cfg = dataclasses.replace(train_cfg, tokenizer_file=str(tokenizer_file.resolve()))
+        model_cfg, train_cfg = new_configs(options, recipe)
         if model_cfg.positional not in ("sinusoidal", "learned"):
             raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
         if model_cfg.norm not in ("post", "pre"):

@@ -1,5 +1,5 @@
-"""Tests for tformer_cli.train.trainer: the loss and schedule by hand, overfitting a batch, and a
-tiny end-to-end run whose --resume continues bit-for-bit."""
+"""Tests for tformer_cli.train.trainer: overfitting a batch, and a tiny end-to-end run whose
+--resume continues bit-for-bit."""
 
 from __future__ import annotations
 
@@ -22,37 +22,9 @@ from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
 from tformer_cli.train import trainer as trainer_module
 from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.trainer import (
-    MAX_NONFINITE,
-    Trainer,
-    forward_loss,
-    lr_at,
-    new_run_dir,
-    prepare,
-    stop_on_interrupt,
-)
-
-
-# ---------------------------------------------------------------------------- schedule
-@pytest.mark.parametrize(
-    ("step", "expected"),
-    [
-        (0, 1e-3 / 100),  # step 0 counts as step 1
-        (1, 1e-3 / 100),
-        (50, 0.5e-3),
-        (100, 1e-3),  # the peak, at the end of warm-up
-        (400, 0.5e-3),  # 1e-3 * sqrt(100 / 400)
-        (10_000, 1e-4),  # 1e-3 * sqrt(100 / 10000)
-    ],
-)
-def test_lr_warms_up_linearly_then_decays_as_inverse_sqrt(step, expected):
-    cfg = TrainConfig(lr=1e-3, warmup=100)
-    assert lr_at(step, cfg) == pytest.approx(expected, rel=1e-12)
-
-
-def test_zero_warmup_is_refused_up_front():
-    with pytest.raises(TformerError, match="--warmup must be at least 1"):
-        TrainConfig(lr=1e-3, warmup=0)
+from tformer_cli.train.setup import new_run_dir, prepare
+from tformer_cli.train.state import stop_on_interrupt
+from tformer_cli.train.trainer import MAX_NONFINITE, Trainer, forward_loss
 
 
 def test_tiny_model_overfits_a_small_batch(tiny_model):

@@ -1,1 +1,2 @@
-"""Training: the loop (``trainer``), the label-smoothed loss and scheduled sampling."""
+"""Training: the loop (``trainer``), its schedule (``schedule``), what a run saves (``state``), how
+a run is set up (``setup``), the label-smoothed loss, scheduled sampling and DDP."""

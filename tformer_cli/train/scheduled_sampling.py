@@ -12,7 +12,9 @@ import math
 import torch
 from torch import Tensor
 
+from tformer_cli.data.batching import Batch
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
+from tformer_cli.device import autocast
 from tformer_cli.errors import TformerError
 
 SCHEDULES = ("off", "linear", "exp", "inverse-sigmoid")
@@ -72,3 +74,23 @@ def mix_inputs(tgt_in: Tensor, predicted: Tensor, eps: float, generator: torch.G
     gold = torch.rand(tgt_in.shape, generator=generator, device=tgt_in.device) < eps
     gold |= (tgt_in == BOS_ID) | (tgt_in == PAD_ID)
     return torch.where(gold, tgt_in, shifted)
+
+
+def sampled_inputs(
+    model: torch.nn.Module,
+    b: Batch,
+    eps: float,
+    mix: str,
+    tau: float,
+    generator: torch.Generator,
+    dtype: torch.dtype | None,
+) -> Tensor:
+    """Pass 2's decoder input (B, T) for batch ``b``. Pass 1 runs without dropout or gradient,
+    as at inference, and its random choices come from a ``generator`` of their own: with
+    eps = 1 training equals plain teacher forcing."""
+    model.eval()
+    with torch.no_grad(), autocast(b.src.device, dtype):
+        logits = model(b.src, b.tgt_in)  # (B, T, V)
+    model.train()
+    predicted = model_predictions(logits, mix, tau, generator)
+    return mix_inputs(b.tgt_in, predicted, eps, generator)

@@ -1,33 +1,24 @@
-"""The training loop: label-smoothed teacher forcing, AdamW with warm-up and inverse-sqrt decay,
-periodic validation (loss, perplexity, greedy BLEU), best/last checkpoints, resume, Ctrl-C.
+"""The training loop, in the order of the paper (section 5) and of nanoGPT: for each update the
+forward pass and the label-smoothed loss (5.4), backward, gradient clipping and an AdamW step at
+the learning rate of the schedule (5.3, ``schedule.py``); every ``--valid-every`` updates a
+validation (loss, perplexity, greedy BLEU) that keeps the best weights in ``model.pt``.
 
-Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
-minutes, atomically, so a kill at any moment loses at most the work since the last save, and
-``--resume`` replays the lost updates bit for bit on CPU: the batches are a function of (seed,
-epoch) and the random numbers of each micro-batch (dropout, scheduled sampling) of (seed, update,
-micro-batch), so no generator state has to be saved, and the same holds under DDP with any
-number of processes. An update whose loss or gradient is not finite is skipped, so no NaN ever
-reaches the weights.
+``setup.py`` decides what a run starts from, ``state.py`` what it saves (``last.pt``, from which
+``--resume`` replays the lost updates bit for bit). An update whose loss or gradient is not
+finite is skipped, so no NaN ever reaches the weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import json
 import math
-import os
 import random
-import resource
-import shutil
-import signal
-import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +28,6 @@ from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.checkpoint import (
-    CHECKPOINTS,
     RunConfig,
     atomic_torch_save,
     average_state_dicts,
@@ -50,116 +40,49 @@ from tformer_cli.compile import maybe_compile
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch, make_batch, padding_waste, token_batches
-from tformer_cli.data.corpus import load_corpus
-from tformer_cli.data.data_cache import CACHE_DIR, DataCache
-from tformer_cli.data.split import Split, fits_positions
-from tformer_cli.data.tokenizer import decode, load_tokenizer
+from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.translate import translate_ids
-from tformer_cli.device import (
-    autocast,
-    oom_hint,
-    precision_name,
-    resolve_device,
-    resolve_precision,
-    setup_threads,
-)
+from tformer_cli.device import autocast, oom_hint, precision_name, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
-from tformer_cli.train.distributed import (
-    ONE_PROCESS,
-    World,
-    agree,
-    barrier,
-    from_main,
-    init_world,
-    leave_world,
-)
+from tformer_cli.train.distributed import ONE_PROCESS, World, agree, leave_world
 from tformer_cli.train.loss import label_smoothed_loss
+from tformer_cli.train.schedule import make_optimizer
 from tformer_cli.train.scheduled_sampling import (
     check_schedule,
-    mix_inputs,
-    model_predictions,
+    sampled_inputs,
     teacher_forcing_prob,
+)
+from tformer_cli.train.setup import (
+    RESUME_OVERRIDES,
+    check_max_len,
+    load_data,
+    placed,
+    resumed_configs,
+    tensorboard_writer,
+)
+from tformer_cli.train.state import (
+    KillPoints,
+    TrainResult,
+    TrainState,
+    ended_with_test,
+    forget_after,
+    load_last,
+    micro_seeds,
+    peak_memory_mib,
+    save_last,
+    stop_on_interrupt,
 )
 
 LOG_EVERY = 25  # steps between log.jsonl lines
 MAX_NONFINITE = 5  # updates in a row with a non-finite loss or gradient that stop the run
-
-
-@dataclass
-class TrainState:
-    """Where training stands; saved in ``last.pt`` so ``--resume`` continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_bleu: float = -1.0
-    best_step: int = 0
-    stale_validations: int = 0
-    elapsed: float = 0.0
-    tgt_tokens: int = 0
-    skipped: int = 0  # updates skipped for a non-finite loss or gradient
-    skipped_in_a_row: int = 0
-    # --max-minutes as a number of updates, estimated at the end of warm-up and again after
-    # every validation
-    budget_updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
-    budget_minutes: float = 0.0  # the --max-minutes it was estimated for
-    update_seconds: float = 0.0  # measured seconds per update, validations spread over them
-    mark_step: int = 0  # (update, elapsed) where the measuring for the next estimate began
-    mark_elapsed: float = 0.0
-    valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
-    decay_from: int = 0  # the update where the latest estimate took over the decay (0: none)
-    decay_progress: float = 0.0  # the decay's progress (0 to 1) at that update
-
-    @classmethod
-    def saved(cls, values: dict[str, Any]) -> TrainState:
-        """The state saved in a last.pt, less what older versions kept and this one does not."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    run_dir: Path
-    state: TrainState
-    test_bleu: float | None
-    stopped_by: str
-    interrupted: bool = False  # by Ctrl-C: last.pt holds where to resume
-
-
-def lr_at(
-    step: int, cfg: TrainConfig, total: int | None = None, start: tuple[int, float] | None = None
-) -> float:
-    """Linear warm-up to ``cfg.lr`` over ``warmup`` steps, then 1/sqrt(step) decay (paper 5.3);
-    or, given the ``total`` updates of a budget, ``cfg.budget_decay`` to 0 at update ``total``
-    ("Budgeted Training", Li et al. 2020): linear lr * (1 - u), or cosine lr * (1 + cos(pi u))
-    / 2, with progress u from ``decay_progress``; 0 from ``total`` on."""
-    step = max(step, 1)
-    if step <= cfg.warmup:
-        return cfg.lr * step / cfg.warmup
-    if cfg.budget_decay is None or total is None:
-        return cfg.lr * math.sqrt(cfg.warmup / step)
-    u = decay_progress(step, total, start or (cfg.warmup, 0.0))
-    if cfg.budget_decay == "linear":
-        return cfg.lr * (1.0 - u)
-    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * u))
-
-
-def decay_progress(step: int, total: int, start: tuple[int, float]) -> float:
-    """The decay's progress at ``step``: linear from ``start`` = (update, progress), the end of
-    warm-up at 0 or where a later estimate of ``total`` took over, to 1 at update ``total``."""
-    at, u = start
-    return min(1.0, max(0.0, u + (1.0 - u) * (step - at) / max(total - at, 1)))
-
-
-def budget_updates(step: int, elapsed: float, update_seconds: float, minutes: float) -> int:
-    """The update at which ``minutes`` of training run out, from update ``step`` at ``elapsed``
-    seconds on at ``update_seconds`` per update; at least ``step + 1``."""
-    left = max(0.0, minutes * 60 - elapsed)
-    return step + max(1, round(left / max(update_seconds, 1e-9)))
+# ``--compile auto`` for the training step: eager. Compiling ``forward_loss`` (dynamic shapes)
+# was no faster than eager on CPU or CUDA in ``benchmarks/bench_train.py --compile``: on CPU
+# the step is mostly matmuls, and on CUDA it is bound by the host launching kernels.
+COMPILE_PAYS = False
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
 
 
 def forward_loss(
@@ -229,122 +152,25 @@ def train_step(
     return total, made
 
 
-def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with the paper's betas (0.9, 0.98), eps 1e-9, no weight decay; PyTorch's fused
-    kernel on CPU and CUDA (one pass over all parameters instead of ~10 ops per tensor)."""
-    fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=fused
-    )
+class TokenRate:
+    """Target tokens per second of training; validations and saves are left out."""
 
+    def __init__(self) -> None:
+        self.tokens, self.start = 0, time.perf_counter()
 
-@contextmanager
-def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
-    """Remove ``run_dir`` again if it is ``made`` here and what writes its first files fails or
-    is interrupted (Ctrl-C while the data is tokenized): no half-made run is left behind."""
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
 
+    def pause(self, seconds: float) -> None:
+        """Leave out ``seconds`` spent on something else."""
+        self.start += seconds
 
-def prepare(
-    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
-) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
-    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
-    and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
-
-    The run folder is created only once the corpus and the tokenizer are ready, so bad data or
-    bad tokenizer settings leave nothing.
-    """
-    corpus = load_corpus(
-        cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
-        tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
-        valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
-    )  # fmt: skip
-    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
-    tok_path = run_dir / "tokenizer.json"
-    if resume:
-        tok = load_tokenizer(tok_path)
-    elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
-        load_tokenizer(Path(cfg.tokenizer_file))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
-        tok = load_tokenizer(tok_path)
-        console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
-    else:
-        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
-        tok = load_tokenizer(tok_path)
-        how = (
-            f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
-            if hit
-            else f"trained a {cfg.tokenizer_kind} tokenizer"
-        )
-        console.log(f"{how}: {tok.get_vocab_size()} types")
-    encoded, entry, hit = cache.encoded(tok_path)
-    if hit:
-        n = sum(len(refs) for _, _, refs in encoded.values())
-        console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
-    else:
-        console.log(f"tokenized data: cached at {entry}")
-    splits = {}
-    for name, (src, tgt, refs) in encoded.items():
-        if name == "train":
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
-                )
-            if not keep:  # the caller removes the new run folder, as for bad data
-                raise TformerError(
-                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
-                    " on a side (--max-len)"
-                )
-        else:
-            longest = max_positions - 1  # room for </s> (source) or <s> (target)
-            keep = fits_positions(src, tgt, max_positions)
-            if src and not keep:
-                raise TformerError(
-                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
-                )
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
-                    f" {longest} tokens"
-                )
-        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
-        splits[name] = Split(src, tgt, refs)
-    return tok, splits
-
-
-@contextmanager
-def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C (SIGINT) or SIGTERM sets a flag, so the loop finishes its update and
-    saves; a second one aborts. SIGTERM is how a cluster scheduler preempts a job and how
-    torchrun stops its workers when Ctrl-C reaches it."""
-    flag = [False]
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag[0]:
-            raise KeyboardInterrupt
-        flag[0] = True
-
-    stops = (signal.SIGINT, signal.SIGTERM)
-    try:
-        previous = {s: signal.signal(s, handler) for s in stops}
-    except ValueError:  # not the main thread: leave signals alone
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
+    def take(self) -> float:
+        """The rate since the last take; counting starts again."""
+        now = time.perf_counter()
+        rate = self.tokens / (now - self.start)
+        self.tokens, self.start = 0, now
+        return rate
 
 
 class Trainer:
@@ -360,50 +186,24 @@ class Trainer:
         console: Console,
         tensorboard: Path | None = None,
     ) -> None:
-        self.run_dir, self.cfg = run_dir, cfg
+        self.run_dir = run_dir
         setup_threads()
         torch.manual_seed(cfg.seed)
-        if resume:
-            saved = RunConfig.load(run_dir)
-            model_cfg, self.cfg = saved.model, dataclasses.replace(saved.train, **_overrides(cfg))
-            cfg = self.cfg
-            if not (run_dir / "last.pt").exists() and (run_dir / "model.pt").exists():
-                raise TformerError(
-                    f"{run_dir} has a model.pt but no last.pt (the optimizer state and progress"
-                    f" a resume needs), so it cannot be resumed; to train its weights on, start"
-                    f" a new run: tformer train --init-from {run_dir} --name NEW"
-                )
-        if cfg.max_len > model_cfg.max_positions:
-            raise TformerError(
-                f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions}"
-                " positions"
-            )
-        device = resolve_device(cfg.device)
-        self.world = init_world(device.type)
-        w = self.world
-        if w.size > 1 and device.type == "cuda":
-            device = torch.device("cuda", w.local_rank)
-            torch.cuda.set_device(device)
-        elif w.size > 1:  # N processes share the cores
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", w.size))
-            torch.set_num_threads(max(1, torch.get_num_threads() // local))
-        self.device = device
-        self.console = console if w.main else Console(quiet=True)
+        if resume:  # the run's own settings, the stopping rules, save interval and device of cfg
+            overrides = {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
+            model_cfg, cfg = resumed_configs(run_dir, overrides)
+        check_max_len(model_cfg, cfg)
+        self.cfg = cfg
+        self.world, self.device = placed(cfg.device)
+        self.console = console if self.world.main else Console(quiet=True)
         # --tensorboard: every rank checks for the package (a one-line error), rank 0 writes
         make_board = tensorboard_writer(tensorboard) if tensorboard is not None else None
-        self.board = make_board() if make_board is not None and w.main else None
+        self.board = make_board() if make_board is not None and self.world.main else None
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
-        if w.main:  # rank 0 builds the tokenizer and the data cache; the others read them
-            with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
-                self.tokenizer, self.data = prepare(
-                    run_dir, cfg, console, resume, model_cfg.max_positions
-                )
-        barrier(w)
-        if not w.main:
-            self.tokenizer, self.data = prepare(
-                run_dir, cfg, self.console, True, model_cfg.max_positions
-            )
+        self.tokenizer, self.data = load_data(
+            run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
+        )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         self.model = Transformer(model_cfg).to(self.device)
         if cfg.init_from is not None and not resume:  # fine-tuning: new optimizer and schedule
@@ -417,59 +217,54 @@ class Trainer:
         self.state = TrainState()
         # scheduled sampling's own random numbers, drawn on the device the batches live on
         self.ss_generator = torch.Generator(self.device)
+        self.on_event = KillPoints.from_env()  # called at "update" and "save"
         if resume and (run_dir / "last.pt").exists():
             self._load_last()
         # a finished run resumed with no later stopping rule: nothing to do, nothing rewritten
-        self.done = resume and self._stop_reason() is not None and self._ended_with_test()
-        if w.main:
-            self.run_lock = lock_run(run_dir)  # `tformer runs`: running while this process lives
-            if resume and not (run_dir / "last.pt").exists():  # said once the run is ours
-                self.console.log(f"{run_dir} has no last.pt (stopped before its first save):"
-                                 " starting from step 0 with its saved settings")  # fmt: skip
-            if not self.done:
-                RunConfig(model_cfg, cfg).save(run_dir)
-            if resume and not self.done:
-                self._forget_after(self.state.step)
-        self.ddp = (
-            DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.index is not None else None
-            )
-            if w.size > 1
-            else None
-        )
+        self.done = resume and self._stop_reason() is not None and ended_with_test(run_dir)
+        if self.world.main:
+            self._take_run(model_cfg, resume)
+        ids = [self.device.index] if self.device.index is not None else None
+        ddp = self.world.size > 1
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids) if ddp else None
         self.last_save = time.perf_counter()
-        self.lengths = [
-            max(len(s), len(t)) + 1
-            for s, t in zip(self.data["train"].src, self.data["train"].tgt, strict=True)
-        ]
+        train = self.data["train"]
+        self.lengths = [max(len(s), len(t)) + 1 for s, t in zip(train.src, train.tgt, strict=True)]
+        self.batches: tuple[int, list[list[int]]] = (-1, [])  # (epoch, its batches)
+        self.rate = TokenRate()
+        self.bar: Callable[..., None] = lambda **_: None  # the progress bar's update, in run()
 
-    # ----------------------------------------------------------------- checkpoints
+    def _take_run(self, model_cfg: ModelConfig, resume: bool) -> None:
+        """Rank 0 makes the run its own: the lock, config.json, and on resume nothing past the
+        step it resumes from."""
+        self.run_lock = lock_run(self.run_dir)  # `tformer runs`: running while this process lives
+        if resume and not (self.run_dir / "last.pt").exists():  # said once the run is ours
+            self.console.log(f"{self.run_dir} has no last.pt (stopped before its first save):"
+                             " starting from step 0 with its saved settings")  # fmt: skip
+        if not self.done:
+            RunConfig(model_cfg, self.cfg).save(self.run_dir)
+        if resume and not self.done:
+            forget_after(self.run_dir, self.state.step)
+
+    def close(self) -> None:
+        """Leave the process group (DDP): the DDP wrapper goes first, so that no gradient
+        bucket of its own outlives the group it talks through."""
+        self.ddp = None
+        gc.collect()
+        leave_world(self.world)
+
+    # ----------------------------------------------------------------- last.pt
     def _save_last(self) -> None:
-        """Write ``last.pt`` atomically (rank 0): weights, optimizer and progress. No random
-        state: each micro-batch seeds its own (``micro_seeds``)."""
+        """Write ``last.pt`` (rank 0): weights, optimizer and progress."""
         if not self.world.main:
             return
-        payload = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "state": dataclasses.asdict(self.state),
-            "device": self.device.type,
-        }
-
-        def write(tmp: Path) -> None:
-            torch.save(payload, tmp)
-            kill_point("save")  # tests: die with the new last.pt written but not in place
-
-        atomic_write(self.run_dir / "last.pt", write)
+        save_last(self.run_dir, self.model, self.optimizer, self.state, self.device, self.on_event)
         self.last_save = time.perf_counter()
 
     def _load_last(self) -> None:
-        ckpt = load_state(self.run_dir / "last.pt")
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.state = TrainState.saved(ckpt["state"])
-        self._rebudget()
-        saved_on = ckpt.get("device", self.device.type)
+        self.state, saved_on = load_last(self.run_dir, self.model, self.optimizer)
+        self._say(self.state.budget.rebudget(self.state.step, self.state.elapsed, self.cfg))
+        saved_on = saved_on or self.device.type
         if saved_on != self.device.type:  # other kernels, other random number generators
             self.console.log(f"note: saved on {saved_on}, resumed on {self.device.type}: training"
                              " continues, but not bit for bit")  # fmt: skip
@@ -477,64 +272,17 @@ class Trainer:
             f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
         )
 
-    def _rebudget(self) -> None:
-        """On a resume that changes --max-minutes: the update at which the learning rate
-        reaches 0 again, from the saved seconds per update (every rank alike)."""
-        c, s = self.cfg, self.state
-        if not s.budget_updates or c.max_minutes == s.budget_minutes:
-            return
-        was, old = s.budget_updates, s.budget_minutes
-        if c.max_minutes and c.budget_decay is not None:
-            s.decay_from, s.decay_progress = s.step, self._progress(s.step)
-            s.budget_updates = budget_updates(s.step, s.elapsed, s.update_seconds, c.max_minutes)
-            s.budget_minutes = c.max_minutes
-            self.console.log(
-                f"--max-minutes {old:g} -> {c.max_minutes:g}: the learning rate now reaches 0 at"
-                f" update {s.budget_updates} (was {was}; {s.update_seconds * 1000:.0f} ms/update"
-                " measured)"
-            )
-        else:
-            s.budget_updates, s.budget_minutes, s.decay_from = 0, 0.0, 0
-            self.console.log(f"no --max-minutes any more (was {old:g}): the learning rate"
-                             f" follows 1/sqrt decay after update {s.step}")  # fmt: skip
+    def _say(self, text: str | None) -> None:
+        if text is not None:
+            self.console.log(text)
 
-    def _ended_with_test(self) -> bool:
-        """Whether log.jsonl ends with the test score: the run finished all it had to do."""
-        log = self.run_dir / "log.jsonl"
-        lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-        try:
-            last = json.loads(lines[-1]) if lines else {}
-        except ValueError:  # a half-written line: killed mid-write, so not finished
-            return False
-        return isinstance(last, dict) and "test_bleu" in last
-
-    def _forget_after(self, step: int) -> None:
-        """Drop what a killed run wrote past the step it resumes from: log.jsonl records (so a
-        curve never shows a step twice; a half-written last line goes too), checkpoints, and
-        the temporary files of saves cut short."""
-        for tmp in [*self.run_dir.glob(".*.tmp"), *(self.run_dir / CHECKPOINTS).glob(".*.tmp")]:
-            tmp.unlink()
-        log = self.run_dir / "log.jsonl"
-        if log.exists():
-            kept = []
-            for line in log.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and record.get("step", 0) <= step:
-                    kept.append(line + "\n")
-            atomic_write_text(log, "".join(kept))
-        for path in checkpoint_paths(self.run_dir):
-            if int(path.stem.removeprefix("step-")) > step:
-                path.unlink()
-
-    # ----------------------------------------------------------------- steps
+    # ----------------------------------------------------------------- an update
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """This epoch's batches: a function of (seed, epoch) alone, so resuming replays them."""
-        return token_batches(
-            self.lengths, self.cfg.max_tokens, random.Random(self.cfg.seed * 1000 + epoch)
-        )
+        if self.batches[0] != epoch:
+            order = random.Random(self.cfg.seed * 1000 + epoch)
+            self.batches = (epoch, token_batches(self.lengths, self.cfg.max_tokens, order))
+        return self.batches[1]
 
     def _batch(self, idx: list[int]) -> Batch:
         train = self.data["train"]
@@ -543,14 +291,15 @@ class Trainer:
     def _step(self, batches: list[list[int]]) -> tuple[torch.Tensor, int, bool]:
         """One update from ``accum`` batches: (mean loss per target token, target tokens,
         whether it was made); a skipped update leaves the step count as it was."""
-        self._plan_budget()
-        lr = self.lr(self.state.step + 1)
+        s = self.state
+        self._say(s.budget.plan(s.step, s.elapsed, self.cfg, self.world, self.device))
+        lr = self.lr(s.step + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         tgt = self.data["train"].tgt
         n_tokens = sum(len(tgt[i]) + 1 for idx in batches for i in idx)  # + </s>; no sync
         w = self.world
-        mine, seeds = w.shard(batches), w.shard(self.micro_seeds(len(batches)))
+        mine, seeds = w.shard(batches), w.shard(micro_seeds(self.cfg.seed, s.step, len(batches)))
         scale = w.size / n_tokens
         if not mine:  # the tail of an epoch left this rank nothing: a weightless pass
             mine, seeds, scale = batches[:1], seeds[:1] or [0], 0.0
@@ -563,86 +312,12 @@ class Trainer:
             self.ddp or self.model, self.optimizer, parts, inputs, scale, self.cfg,
             self.device, self.dtype, seeds, w, self.forward,
         )  # fmt: skip
-        self.state.step += made
+        s.step += made
         return loss, n_tokens, made
 
-    def close(self) -> None:
-        """Leave the process group (DDP): the DDP wrapper goes first, so that no gradient
-        bucket of its own outlives the group it talks through."""
-        self.ddp = None
-        gc.collect()
-        leave_world(self.world)
-
     def lr(self, step: int) -> float:
-        """The learning rate of update ``step``: ``lr_at`` with the budget's last update, the
-        first of --max-steps and the --max-minutes estimate, from where that estimate took over."""
-        return lr_at(step, self.cfg, self._end(), self._start())
-
-    def _end(self) -> int | None:
-        c, s = self.cfg, self.state
-        ends = [n for n in (c.max_steps, s.budget_updates if c.max_minutes else 0) if n]
-        return min(ends) if ends else None
-
-    def _start(self) -> tuple[int, float] | None:
-        s = self.state
-        return (s.decay_from, s.decay_progress) if s.decay_from else None
-
-    def _progress(self, step: int) -> float:
-        """The decay's progress at ``step`` under the current estimate (0 before there is one)."""
-        end = self._end()
-        if end is None or not self.state.budget_updates or step <= self.cfg.warmup:
-            return 0.0
-        return decay_progress(step, end, self._start() or (self.cfg.warmup, 0.0))
-
-    def _plan_budget(self) -> None:
-        """Turn --max-minutes into a number of updates: the seconds left divided by the seconds
-        per update measured since the previous estimate (from halfway through warm-up for the
-        first), a validation's seconds spread over the --valid-every updates it follows. Made
-        at the end of warm-up and again after every validation: updates slow down as a run
-        goes on (Multi30k on 2 cores: ~420 ms each at first, 450-480 after 1,000), and one
-        estimate left the learning rate at 11-13% of its peak when the time ran out. Each new
-        estimate takes the decay over where it stands, so the learning rate never jumps. Rank
-        0's clock decides and every rank gets its numbers, so that DDP ranks keep one schedule;
-        the estimate is saved in last.pt (a resume keeps it until the next validation)."""
-        c, s = self.cfg, self.state
-        if not c.max_minutes or c.budget_decay is None:
-            return
-        if s.step == c.warmup // 2 and not s.budget_updates:
-            s.mark_step, s.mark_elapsed, s.valid_seconds = s.step, s.elapsed, 0.0
-        validations = s.step // c.valid_every - s.mark_step // c.valid_every  # since the mark
-        if s.step < c.warmup or (s.budget_updates and not validations):
-            return
-        steps = s.step - s.mark_step  # >= 1: the mark is before this update
-        train = (s.elapsed - s.mark_elapsed - s.valid_seconds) / steps
-        valid = s.valid_seconds / validations if validations else 0.0  # one validation
-        seconds = train + valid / c.valid_every
-        total = budget_updates(s.step, s.elapsed, seconds, c.max_minutes)
-        total, seconds, train, valid = from_main(
-            self.world, [total, seconds, train, valid], self.device
-        )
-        was, started = s.budget_updates, s.mark_step
-        s.decay_from, s.decay_progress = s.step, self._progress(s.step)
-        s.budget_updates, s.budget_minutes, s.update_seconds = int(total), c.max_minutes, seconds
-        s.mark_step, s.mark_elapsed, s.valid_seconds = s.step, s.elapsed, 0.0
-        measured = f"{train * 1000:.0f} ms/update" + (
-            f" and {valid:.1f} s per validation (every {c.valid_every})" if validations else ""
-        )
-        self.console.log(
-            f"--max-minutes {c.max_minutes:g}: {measured} over updates {started}-{s.step}, so"
-            f" the learning rate decays ({c.budget_decay}) to 0 at update {s.budget_updates}"
-            f"{f' (was {was})' if was else ''}"
-        )
-
-    def micro_seeds(self, n: int) -> list[int]:
-        """The seeds of the update's ``n`` micro-batches: a function of (seed, update, index)
-        alone, whichever process takes the micro-batch and whether or not the run resumed."""
-        return [
-            int.from_bytes(
-                hashlib.blake2b(f"{self.cfg.seed}:{self.state.step}:{i}".encode(), digest_size=8)
-                .digest()[:7], "little",
-            )
-            for i in range(n)
-        ]  # fmt: skip
+        """The learning rate of update ``step`` (``Budget.lr``)."""
+        return self.state.budget.lr(step, self.cfg)
 
     def eps(self, i: int) -> float:
         """Teacher-forcing probability eps_i of scheduled sampling at update i (from 0)."""
@@ -650,20 +325,57 @@ class Trainer:
         return teacher_forcing_prob(i, c.scheduled_sampling, c.ss_k, c.ss_min, c.ss_warmup)
 
     def _decoder_input(self, b: Batch) -> torch.Tensor:
-        """Gold ``<s> y`` (teacher forcing), or scheduled sampling's pass-2 input (B, T).
-
-        Pass 1 runs without dropout or gradient, as at inference, and its random choices come
-        from a generator of their own: with eps = 1 training equals plain teacher forcing.
-        """
-        c = self.cfg
-        if c.scheduled_sampling == "off" or self.state.step < c.ss_warmup:
+        """Gold ``<s> y`` (teacher forcing), or scheduled sampling's pass-2 input (B, T)."""
+        c, step = self.cfg, self.state.step
+        if c.scheduled_sampling == "off" or step < c.ss_warmup:
             return b.tgt_in
-        self.model.eval()
-        with torch.no_grad(), autocast(self.device, self.dtype):
-            logits = self.model(b.src, b.tgt_in)  # (B, T, V)
-        self.model.train()
-        predicted = model_predictions(logits, c.ss_mix, c.ss_tau, self.ss_generator)
-        return mix_inputs(b.tgt_in, predicted, self.eps(self.state.step), self.ss_generator)
+        return sampled_inputs(
+            self.model, b, self.eps(step), c.ss_mix, c.ss_tau, self.ss_generator, self.dtype
+        )
+
+    def _after_update(self, loss: torch.Tensor, n_tokens: int, made: bool) -> None:
+        """Count the update; then validate or save (``_validate_or_save``) unless it was skipped
+        for a non-finite loss or gradient."""
+        if not made:
+            self._skip_update()
+            return
+        self._count_update(loss, n_tokens)
+        self._validate_or_save()
+
+    def _count_update(self, loss: torch.Tensor, n_tokens: int) -> None:
+        """Count an update made, and log its loss, learning rate and token rate every
+        ``LOG_EVERY`` updates."""
+        s = self.state
+        self.on_event("update")  # nothing saved since this update
+        s.skipped_in_a_row = 0
+        s.tgt_tokens += n_tokens
+        self.rate.add(n_tokens)
+        if s.step % LOG_EVERY == 0:
+            tps = self.rate.take()
+            if self.world.size > 1:  # each rank holds its share of the mean
+                dist.all_reduce(loss)
+            lr, mean_loss = self.lr(s.step), loss.item()
+            self.bar(info=f"loss {mean_loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s")
+            record = {"loss": mean_loss, "lr": lr, "tgt_tokens_per_s": tps}
+            if self.cfg.scheduled_sampling != "off":  # of the update just made
+                record["eps"] = self.eps(s.step - 1)
+            self._log(record)
+        self.bar(completed=s.step)
+
+    def _skip_update(self) -> None:
+        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
+        the run, with last.pt as it was (no NaN weight is ever saved)."""
+        s = self.state
+        s.skipped += 1
+        s.skipped_in_a_row += 1
+        self._log({"skipped_update": "non-finite loss or gradient", "skipped": s.skipped})
+        if s.skipped_in_a_row >= MAX_NONFINITE:
+            kept = "last.pt keeps its last save" if (self.run_dir / "last.pt").exists() else (
+                "nothing was saved yet")  # fmt: skip
+            raise TformerError(
+                f"{MAX_NONFINITE} updates in a row had a non-finite loss or gradient after step"
+                f" {s.step} (none was applied; {kept}): try a lower --lr or --precision fp32"
+            )
 
     # ----------------------------------------------------------------- validation
     def greedy_bleu(self, split: str, limit: int | None = None) -> float:
@@ -680,24 +392,28 @@ class Trainer:
         valid = self.data["valid"]
         tf = teacher_forced(self.model, valid.src, valid.tgt, self.cfg.max_tokens, self.dtype)
         score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
-        if score > self.state.best_bleu:
-            self.state.best_bleu, self.state.best_step, self.state.stale_validations = (
-                score,
-                self.state.step,
-                0,
-            )
+        s = self.state
+        if score > s.best_bleu:
+            s.best_bleu, s.best_step, s.stale_validations = score, s.step, 0
             atomic_torch_save(self.run_dir / "model.pt", self.model.state_dict())
         else:
-            self.state.stale_validations += 1
+            s.stale_validations += 1
         if self.cfg.average:
-            state = self.model.state_dict()
-            save_checkpoint(self.run_dir, self.state.step, state, self.cfg.average)
-        return {
-            "valid_loss": tf.xent,
-            "valid_ppl": tf.ppl,
-            "valid_acc": tf.accuracy,
-            "valid_bleu": score,
-        }
+            save_checkpoint(self.run_dir, s.step, self.model.state_dict(), self.cfg.average)
+        return {"valid_loss": tf.xent, "valid_ppl": tf.ppl, "valid_acc": tf.accuracy,
+                "valid_bleu": score}  # fmt: skip
+
+    def _validate_or_save(self) -> None:
+        """Validate every --valid-every updates (rank 0), else save last.pt when --save-every
+        minutes have passed; the time counts as training time, not in the token rate."""
+        cfg, s = self.cfg, self.state
+        t0, counted = time.perf_counter(), s.elapsed
+        if s.step % cfg.valid_every == 0 and self.world.main:
+            self._validate_and_report()
+        elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
+            self._save_last()
+        s.elapsed = counted + time.perf_counter() - t0  # what it counted too
+        self.rate.pause(time.perf_counter() - t0)
 
     def _validate_and_report(self) -> None:
         """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
@@ -711,7 +427,7 @@ class Trainer:
         )
         spent = time.perf_counter() - start
         s.elapsed += spent
-        s.valid_seconds += spent
+        s.budget.valid_seconds += spent
         self._save_last()
 
     def _keep_average(self) -> None:
@@ -738,22 +454,7 @@ class Trainer:
             f" model.pt is {'the average' if kept else f'step {s.best_step}'}"
         )
 
-    def _skip_update(self) -> None:
-        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
-        the run, with last.pt as it was (no NaN weight is ever saved)."""
-        s = self.state
-        s.skipped += 1
-        s.skipped_in_a_row += 1
-        self._log({"skipped_update": "non-finite loss or gradient", "skipped": s.skipped})
-        if s.skipped_in_a_row >= MAX_NONFINITE:
-            kept = "last.pt keeps its last save" if (self.run_dir / "last.pt").exists() else (
-                "nothing was saved yet")  # fmt: skip
-            raise TformerError(
-                f"{MAX_NONFINITE} updates in a row had a non-finite loss or gradient after step"
-                f" {s.step} (none was applied; {kept}): try a lower --lr or --precision fp32"
-            )
-
-    # ----------------------------------------------------------------- loop
+    # ----------------------------------------------------------------- log and stopping
     def _log(self, record: dict[str, Any]) -> None:
         """Append ``record`` to log.jsonl (rank 0) with the step and the epoch (1-based) it
         belongs to and the seconds of training so far (a validation's: up to its start), and
@@ -774,12 +475,12 @@ class Trainer:
         """Whether to stop after this update, decided once for every rank: rank 0's stopping
         rules (its clock, its validations) or a Ctrl-C on any rank."""
         w = self.world
-        reason = "interrupted (Ctrl-C or SIGTERM)" if interrupted[0] else None
+        reason = INTERRUPTED if interrupted[0] else None
         if w.main:
             reason = reason or self._stop_reason()
         if w.size > 1 and agree(w, [reason is not None], self.device)[0] and reason is None:
             interrupted[0] = w.main  # only a Ctrl-C elsewhere stops rank 0 without a reason
-            reason = "interrupted (Ctrl-C or SIGTERM)" if w.main else "stopped with rank 0"
+            reason = INTERRUPTED if w.main else "stopped with rank 0"
         return reason
 
     def _stop_reason(self) -> str | None:
@@ -794,25 +495,56 @@ class Trainer:
             return f"early stop: no better validation BLEU in {cfg.patience} validations"
         return None
 
+    # ----------------------------------------------------------------- the loop
     def run(self, quiet: bool = False) -> TrainResult:
+        """Train until a stopping rule fires or Ctrl-C/SIGTERM, then score the best weights on
+        the test split (rank 0)."""
         cfg, s = self.cfg, self.state
         if self.done:
-            reason = self._stop_reason() or ""
-            limit = next((o for o in ("--max-steps", "--epochs") if o in reason), None)
-            later = (
-                f"a later {limit} (0: no limit)" if limit else
-                "a later --max-minutes" if "--max-minutes" in reason else
-                "a larger --patience (0: no early stopping)"
-            )  # fmt: skip
-            self.console.log(
-                f"{self.run_dir} already finished at update {s.step} ({reason}, which still"
-                f" applies): nothing to do; {later} trains on"
-            )
-            return TrainResult(self.run_dir, s, None, reason)
+            return self._already_finished()
+        self._say_what_trains()
+        per_update = max(cfg.accum, self.world.size)  # batches: --accum, at least one a rank
+        progress = make_progress("train", self.console, disable=quiet or not self.world.main)
+        self.rate = TokenRate()
+        with stop_on_interrupt() as interrupted, progress, oom_hint(cfg.max_tokens):
+            stopped_by = self._agree_stop(interrupted)  # a resumed run may be past its limits
+            task = progress.add_task("train", total=self._updates(), completed=s.step, info="")
+            self.bar = partial(progress.update, task)
+            while stopped_by is None:  # an epoch
+                batches = self._epoch_batches(s.epoch)
+                while s.batch_in_epoch < len(batches) and stopped_by is None:  # an update
+                    group = batches[s.batch_in_epoch : s.batch_in_epoch + per_update]
+                    # forward, loss, backward, clip, step (train_step)
+                    t0 = time.perf_counter()
+                    loss, n_tokens, made = self._step(group)
+                    s.batch_in_epoch += len(group)
+                    s.elapsed += time.perf_counter() - t0
+                    # log it; validate every --valid-every updates, else save last.pt on time
+                    self._after_update(loss, n_tokens, made)
+                    # stop? rank 0's rules or a Ctrl-C on any rank
+                    stopped_by = self._agree_stop(interrupted)
+                if s.batch_in_epoch >= len(batches):  # the epoch is over (or resumed at its end)
+                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                    stopped_by = stopped_by or self._agree_stop(interrupted)
+            if not interrupted[0]:
+                self.bar(total=s.step, completed=s.step)  # epochs vary by a batch
+        return self._finish(stopped_by or "", interrupted[0])
+
+    def _updates(self) -> int | None:
+        """The updates the progress bar counts to: --max-steps, or --epochs of them."""
+        cfg = self.cfg
+        if cfg.max_steps:
+            return cfg.max_steps
+        first = self._epoch_batches(self.state.epoch)
+        return cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
+
+    def _say_what_trains(self) -> None:
+        """The model, the device, the precision and the batches, in one line."""
         n_params = sum(p.numel() for p in self.model.parameters())
-        first = self._epoch_batches(s.epoch)
+        first = self._epoch_batches(self.state.epoch)
         longest = max(self.lengths)  # a pair over --max-tokens gets a batch of its own
-        size = f"<= {cfg.max_tokens}" if longest <= cfg.max_tokens else f"<= {longest} (one pair)"
+        limit = self.cfg.max_tokens
+        size = f"<= {limit}" if longest <= limit else f"<= {longest} (one pair)"
         self.console.log(
             f"model {n_params / 1e6:.2f}M parameters on {self.device.type}"
             f"{f' x {self.world.size} processes (DDP)' if self.world.size > 1 else ''}"
@@ -821,60 +553,30 @@ class Trainer:
             f" {len(first)} batches/epoch of {size} tokens"
             f" ({padding_waste(first, self.lengths):.0%} padding)"
         )
-        total = cfg.max_steps or (
-            cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
+
+    def _already_finished(self) -> TrainResult:
+        """A finished run resumed with no later stopping rule: say so, change nothing."""
+        s = self.state
+        reason = self._stop_reason() or ""
+        limit = next((o for o in ("--max-steps", "--epochs") if o in reason), None)
+        later = (
+            f"a later {limit} (0: no limit)" if limit else
+            "a later --max-minutes" if "--max-minutes" in reason else
+            "a larger --patience (0: no early stopping)"
+        )  # fmt: skip
+        self.console.log(
+            f"{self.run_dir} already finished at update {s.step} ({reason}, which still"
+            f" applies): nothing to do; {later} trains on"
         )
-        w, per_update = self.world, max(cfg.accum, self.world.size)
-        progress = make_progress("train", self.console, disable=quiet or not w.main)
-        rate_tokens, rate_start = 0, time.perf_counter()
-        with stop_on_interrupt() as interrupted, progress, oom_hint(cfg.max_tokens):
-            stopped_by = self._agree_stop(interrupted)  # a resumed run may be past its limits
-            task = progress.add_task("train", total=total, completed=s.step, info="")
-            while stopped_by is None:
-                batches = self._epoch_batches(s.epoch)
-                while s.batch_in_epoch < len(batches) and stopped_by is None:
-                    t0 = time.perf_counter()
-                    group = batches[s.batch_in_epoch : s.batch_in_epoch + per_update]
-                    loss, n_tokens, made = self._step(group)
-                    s.batch_in_epoch += len(group)
-                    s.elapsed += time.perf_counter() - t0
-                    if not made:
-                        self._skip_update()
-                    else:
-                        kill_point("update")  # tests: die with this update's work unsaved
-                        s.skipped_in_a_row = 0
-                        s.tgt_tokens += n_tokens
-                        rate_tokens += n_tokens
-                        if s.step % LOG_EVERY == 0:
-                            now = time.perf_counter()
-                            tps = rate_tokens / (now - rate_start)
-                            rate_tokens, rate_start = 0, now
-                            if w.size > 1:  # each rank holds its share of the mean
-                                dist.all_reduce(loss)
-                            lr, mean_loss = self.lr(s.step), loss.item()
-                            info = f"loss {mean_loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s"
-                            progress.update(task, info=info)
-                            record = {"loss": mean_loss, "lr": lr, "tgt_tokens_per_s": tps}
-                            if cfg.scheduled_sampling != "off":  # of the update just made
-                                record["eps"] = self.eps(s.step - 1)
-                            self._log(record)
-                        progress.update(task, completed=s.step)
-                        t0, counted = time.perf_counter(), s.elapsed
-                        if s.step % cfg.valid_every == 0 and w.main:
-                            self._validate_and_report()
-                        elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
-                            self._save_last()
-                        s.elapsed = counted + time.perf_counter() - t0  # what it counted too
-                        rate_start += time.perf_counter() - t0
-                    stopped_by = self._agree_stop(interrupted)
-                if s.batch_in_epoch >= len(batches):
-                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
-                    stopped_by = stopped_by or self._agree_stop(interrupted)
-            if not interrupted[0]:
-                progress.update(task, total=s.step, completed=s.step)  # epochs vary by a batch
-        if not w.main:  # rank 0 alone validates, saves and reports
-            return TrainResult(self.run_dir, s, None, stopped_by or "", interrupted[0])
-        if s.step % cfg.valid_every and not interrupted[0]:
+        return TrainResult(self.run_dir, s, None, reason)
+
+    def _finish(self, stopped_by: str, interrupted: bool) -> TrainResult:
+        """Rank 0: score the final weights (or save them), log the stop, keep the average of
+        the last checkpoints where it is better, and score model.pt on the test split."""
+        cfg, s = self.cfg, self.state
+        if not self.world.main:  # rank 0 alone validates, saves and reports
+            return TrainResult(self.run_dir, s, None, stopped_by, interrupted)
+        if s.step % cfg.valid_every and not interrupted:
             self._validate_and_report()  # score the final weights too: the best is really the best
         else:
             self._save_last()
@@ -886,90 +588,13 @@ class Trainer:
         peak = peak_memory_mib(self.device)
         self._log({"stopped_by": stopped_by, "peak_memory_mib": peak})
         self.console.log(f"stopped: {stopped_by}; {best}; peak memory {peak:,.0f} MiB")
-        if cfg.average and not interrupted[0]:
+        if cfg.average and not interrupted:
             self._keep_average()
         test_bleu = None
-        if not interrupted[0] and (self.run_dir / "model.pt").exists():
+        if not interrupted and (self.run_dir / "model.pt").exists():
             self.model.load_state_dict(load_state(self.run_dir / "model.pt"))
             test_bleu = self.greedy_bleu("test")
             self._log({"test_bleu": test_bleu})
         if self.board is not None:
             self.board.close()
-        return TrainResult(self.run_dir, s, test_bleu, stopped_by or "", interrupted[0])
-
-
-# On --resume only these may change: the stopping rules, the save interval and the device (a
-# run moved between CPU and CUDA continues, though not bit for bit); any other setting would
-# break exact continuation.
-RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_every", "device")
-
-
-def _overrides(cfg: TrainConfig) -> dict[str, Any]:
-    """The settings of ``cfg`` that replace a resumed run's own."""
-    return {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
-
-
-# What ``--compile auto`` does for the training step: eager, since compiling measured no faster
-# on any device. ``forward_loss`` under ``torch.compile(dynamic=True)`` against eager (3+3
-# layers, d 256, V 8k, pre-LN, 4,096-token batches):
-# - CPU (AMD EPYC Zen 4 with AVX512-BF16, 2 threads, torch 2.13): whole steps on the same batch
-#   back to back, order alternating, 26 pairs, compiled/eager speed, median (quartiles): fp32
-#   0.96x (0.77-1.24), bf16 0.83x (0.77-1.14), after 20-147 s of compiling. The eager step is
-#   79% (fp32) and 65% (bf16) matmul time; Inductor's fused CPU kernels for the rest (dropout
-#   masks, autocast casts, the loss's passes over the logits) did not beat eager's.
-# - CPU with AMX (an Intel Xeon, 2 cores pinned, torch 2.11, bf16, `bench_train.py --device cpu
-#   --compile`), where matmuls are a third of the eager step: eager 589 ms per update, compiled
-#   771 (after 105 s of compiling).
-# - CUDA (one H200, torch 2.11, bf16 autocast, `bench_train.py --device cuda --compile`): eager
-#   16 ms per update, compiled 17 (after 29 s of compiling); at 16,384-token batches eager 17,
-#   compiled 77: the step took as long at 4x the tokens, bound by the host launching kernels.
-COMPILE_PAYS = False
-
-
-def tensorboard_writer(folder: Path) -> Callable[[], Any]:
-    """A maker of ``torch.utils.tensorboard.SummaryWriter(folder)``; a one-line error where
-    the ``tensorboard`` package is not installed."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise TformerError(
-            "--tensorboard needs the tensorboard package: pip install tensorboard"
-        ) from None
-    return lambda: SummaryWriter(str(folder))
-
-
-def kill_point(event: str) -> None:
-    """Tests only: ``TFORMER_TEST_KILL_AT=EVENT:N`` SIGKILLs this process at the N-th ``event``
-    (``update``: an update made, nothing saved since; ``save``: inside a save of last.pt, the
-    new file written but not yet in place), as a power cut or the OOM killer would."""
-    at = os.environ.get("TFORMER_TEST_KILL_AT")
-    if at:
-        _events[event] += 1
-        if at == f"{event}:{_events[event]}":
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-_events: Counter[str] = Counter()
-
-
-def peak_memory_mib(device: torch.device) -> float:
-    """The process's peak resident memory in MiB (CUDA: the device's peak allocation)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
-
-
-def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
-    """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
-    if name is None:
-        stem = Path(data.removeprefix("hf:")).name or "run"
-        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
-        raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
-    if name.startswith("."):  # hidden, as the data cache (runs/.cache) is: tformer runs skips it
-        raise TformerError(f"--name {name!r} must not start with a dot")
-    run_dir = runs_dir / name
-    if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
-        raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
-    return run_dir
+        return TrainResult(self.run_dir, s, test_bleu, stopped_by, interrupted)

@@ -1,5 +1,6 @@
-"""The budget-aware schedule of --max-minutes ("Budgeted Training", Li et al. 2020): its shape,
-the estimate of the run's updates saved in last.pt, and a resume that changes the budget."""
+"""Tests for tformer_cli.train.schedule: the paper's warm-up and inverse-sqrt decay, and the
+budget-aware schedule of --max-minutes ("Budgeted Training", Li et al. 2020): its shape, the
+estimate of the run's updates saved in last.pt, and a resume that changes the budget."""
 
 from __future__ import annotations
 
@@ -20,8 +21,33 @@ from tests.train.test_trainer import (
 from tformer_cli.checkpoint import load_state
 from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
+from tformer_cli.train import schedule
 from tformer_cli.train import trainer as trainer_module
-from tformer_cli.train.trainer import Trainer, TrainState, budget_updates, lr_at
+from tformer_cli.train.schedule import budget_updates, lr_at
+from tformer_cli.train.state import TrainState
+from tformer_cli.train.trainer import Trainer
+
+
+# ---------------------------------------------------------------------------- the paper's
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        (0, 1e-3 / 100),  # step 0 counts as step 1
+        (1, 1e-3 / 100),
+        (50, 0.5e-3),
+        (100, 1e-3),  # the peak, at the end of warm-up
+        (400, 0.5e-3),  # 1e-3 * sqrt(100 / 400)
+        (10_000, 1e-4),  # 1e-3 * sqrt(100 / 10000)
+    ],
+)
+def test_lr_warms_up_linearly_then_decays_as_inverse_sqrt(step, expected):
+    cfg = TrainConfig(lr=1e-3, warmup=100)
+    assert lr_at(step, cfg) == pytest.approx(expected, rel=1e-12)
+
+
+def test_zero_warmup_is_refused_up_front():
+    with pytest.raises(TformerError, match="--warmup must be at least 1"):
+        TrainConfig(lr=1e-3, warmup=0)
 
 
 # ---------------------------------------------------------------------------- shape
@@ -86,7 +112,7 @@ def fixed_estimate(monkeypatch, updates_left: int = 30) -> None:
     def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
         return step + updates_left
 
-    monkeypatch.setattr(trainer_module, "budget_updates", estimate)
+    monkeypatch.setattr(schedule, "budget_updates", estimate)
 
 
 def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
@@ -133,10 +159,10 @@ def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_j
     save = Trainer._save_last
 
     def recorded_save(self: Trainer) -> None:
-        saves.setdefault(self.state.step, (self.state.valid_seconds, self.state.elapsed))
+        saves.setdefault(self.state.step, (self.state.budget.valid_seconds, self.state.elapsed))
         save(self)
 
-    monkeypatch.setattr(trainer_module, "budget_updates", estimate)
+    monkeypatch.setattr(schedule, "budget_updates", estimate)
     monkeypatch.setattr(Trainer, "validate", slow_validation)
     monkeypatch.setattr(Trainer, "_save_last", recorded_save)
     trainer, _ = run(
@@ -162,7 +188,7 @@ def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_j
 def test_a_last_pt_of_an_older_version_still_resumes():
     """Fields that older versions saved and this one no longer keeps are left out."""
     state = TrainState.saved({"step": 40, "budget_updates": 90, "budget_final": True})
-    assert (state.step, state.budget_updates, state.decay_from) == (40, 90, 0)
+    assert (state.step, state.budget.updates, state.budget.decay_from) == (40, 90, 0)
 
 
 def test_resume_keeps_the_saved_estimate_bit_for_bit(
@@ -176,7 +202,7 @@ def test_resume_keeps_the_saved_estimate_bit_for_bit(
     first, _ = run(tmp_path / "split", tiny_corpus, max_epochs=1, **budget)
     assert first.state.step > 2  # past warm-up: the estimate was made before the stop
     resumed, _ = run(tmp_path / "split", tiny_corpus, resume=True, max_epochs=3, **budget)
-    assert resumed.state.budget_updates == straight.state.budget_updates == 32
+    assert resumed.state.budget.updates == straight.state.budget.updates == 32
     assert resumed.state.step == straight.state.step > first.state.step
     assert_same_weights(
         load_state(tmp_path / "straight" / "last.pt")["model"],
@@ -198,17 +224,17 @@ def test_resume_with_another_max_minutes_recomputes_the_estimate_and_says_so(
         return trainer, console.file.getvalue()
 
     same, said = resume(60)
-    assert same.state.budget_updates == saved["budget_updates"] and "max-minutes" not in said
+    assert same.state.budget.updates == saved["budget_updates"] and "max-minutes" not in said
     longer, said = resume(120)
     expected = budget_updates(8, saved["elapsed"], saved["update_seconds"], 120)
-    assert longer.state.budget_updates == expected > saved["budget_updates"]
-    assert longer.state.budget_minutes == 120
+    assert longer.state.budget.updates == expected > saved["budget_updates"]
+    assert longer.state.budget.minutes == 120
     assert f"--max-minutes 60 -> 120: the learning rate now reaches 0 at update {expected}" in said
     assert f"(was {saved['budget_updates']};" in said
     assert longer.lr(8) == pytest.approx(same.lr(8))  # the decay goes on from where it stood
     assert longer.lr(9) > same.lr(9)  # and more slowly, to the later end
     unbounded, said = resume(0)
-    assert unbounded.state.budget_updates == 0 and unbounded.cfg.budget_decay is None
+    assert unbounded.state.budget.updates == 0 and unbounded.cfg.budget_decay is None
     assert "no --max-minutes any more (was 60): the learning rate follows 1/sqrt decay" in said
     assert unbounded.lr(9) == pytest.approx(lr_at(9, unbounded.cfg))
 

@@ -1,0 +1,300 @@
+"""Setting a run up, the one home of its policy for the CLI and the Python API: the settings of
+a new run (a recipe, the options given, fine-tuning's ``--init-from``) or of a resumed one, its
+folder, its place (device, DDP process group) and its data and tokenizer."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+
+from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
+from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.data.corpus import kept_data, load_corpus
+from tformer_cli.data.data_cache import CACHE_DIR, DataCache
+from tformer_cli.data.split import Split, fits_positions
+from tformer_cli.data.tokenizer import load_tokenizer
+from tformer_cli.device import resolve_device
+from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write
+from tformer_cli.model import Transformer
+from tformer_cli.train.distributed import World, barrier, init_world
+
+# train's options -> (config table, field); "layers" sets both stacks
+TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
+    "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
+    "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
+    "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
+    "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
+    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
+    "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
+    "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
+    "positional": ("model", "positional"), "norm": ("model", "norm"),
+    "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
+    "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
+    "decay": ("train", "decay"), "compile": ("train", "compile"),
+    "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
+    "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
+    "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
+    "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
+    "save_every": ("train", "save_every"),
+    "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
+    "beam_alpha": ("train", "beam_alpha"),
+    "precision": ("train", "precision"), "device": ("train", "device"),
+    "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
+    "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
+    "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
+}  # fmt: skip
+
+
+# On --resume only these may change: the stopping rules, the save interval and the device (a
+# run moved between CPU and CUDA continues, though not bit for bit); any other setting would
+# break exact continuation.
+RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_every", "device")
+
+
+def new_configs(
+    options: Mapping[str, Any], recipe: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[ModelConfig, TrainConfig]:
+    """The settings of a new run: the ``recipe``'s (``load_recipe``), the ``options`` given (by
+    the names of ``TRAIN_OPTIONS``, as ``tformer train`` takes them) winning, the configs'
+    defaults for the rest; local data paths made absolute. ``init_from`` takes that run's
+    model settings and tokenizer (``fine_tuning``)."""
+    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
+    for table in tables:
+        tables[table].update((recipe or {}).get(table, {}))
+    for option, value in options.items():
+        table, *fields = TRAIN_OPTIONS[option]
+        for field in fields:
+            tables[table][field] = str(value) if isinstance(value, Path) else value
+    train_cfg = from_dict(TrainConfig, tables["train"])
+    if train_cfg.src_file is not None and "data" in options:
+        raise TformerError("give --data or --src-file/--tgt-file, not both")
+    train_cfg = kept_data(train_cfg)
+    model_cfg = from_dict(ModelConfig, {"vocab_size": train_cfg.vocab_size, **tables["model"]})
+    if options.get("init_from") is not None:
+        return fine_tuning(Path(options["init_from"]), model_cfg, train_cfg, set(options))
+    if options.get("tokenizer_file") is not None:
+        tokenizer = str(Path(options["tokenizer_file"]).resolve())
+        train_cfg = dataclasses.replace(train_cfg, tokenizer_file=tokenizer)
+    return model_cfg, train_cfg
+
+
+def fine_tuning(
+    run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
+) -> tuple[ModelConfig, TrainConfig]:
+    """The settings of a run that starts from ``run``'s weights: its model settings and
+    tokenizer, the rest as given. A model option given that contradicts them is an error."""
+    run = resolve_run(run)
+    if not (run / "model.pt").is_file():
+        raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
+    source = RunConfig.load(run).model
+    load_weights(Transformer(source), run)  # before any folder is made: a mismatch is an error
+    for option in sorted(given):
+        table, *fields = TRAIN_OPTIONS[option]
+        for field in fields:
+            if table == "model" and getattr(model_cfg, field) != getattr(source, field):
+                raise TformerError(
+                    f"--{option.replace('_', '-')} {getattr(model_cfg, field)} contradicts"
+                    f" {run}'s {getattr(source, field)}: --init-from takes the run's model"
+                )
+    if "tokenizer_file" in given:
+        raise TformerError("--init-from takes the run's tokenizer: give no --tokenizer-file")
+    tokenizer = str((run / "tokenizer.json").resolve())
+    max_len = (
+        train_cfg.max_len if "max_len" in given else min(train_cfg.max_len, source.max_positions)
+    )
+    return source, dataclasses.replace(
+        train_cfg, init_from=str(run.resolve()), tokenizer_file=tokenizer, max_len=max_len
+    )
+
+
+def resume_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The ``options`` given to a resumed run (by option name): (the settings they change, by
+    field: those of ``RESUME_OVERRIDES``; the options ignored, sorted)."""
+    fields = {option: TRAIN_OPTIONS.get(option, ("", ""))[1] for option in options}
+    overrides = {fields[o]: value for o, value in options.items() if fields[o] in RESUME_OVERRIDES}
+    return overrides, sorted(o for o in options if fields[o] not in RESUME_OVERRIDES)
+
+
+def resumed_configs(
+    run_dir: Path,
+    overrides: Mapping[str, Any] | None = None,
+    ignored: Sequence[str] = (),
+    say: Callable[[str], None] | None = None,
+) -> tuple[ModelConfig, TrainConfig]:
+    """The settings of the run in ``run_dir`` resumed: its own, with ``overrides`` (fields of
+    ``RESUME_OVERRIDES``); ``say`` gets a note naming the options ``ignored``. A run with a
+    model.pt but no last.pt cannot resume (a run killed before its first save starts over)."""
+    saved = RunConfig.load(run_dir)
+    if ignored and say is not None:
+        names = ", ".join("--" + o.replace("_", "-") for o in ignored)
+        say(f"note: {names} ignored: a resumed run keeps its settings")
+    train_cfg = dataclasses.replace(saved.train, **(overrides or {}))
+    if not (run_dir / "last.pt").exists() and (run_dir / "model.pt").exists():
+        raise TformerError(
+            f"{run_dir} has a model.pt but no last.pt (the optimizer state and progress"
+            f" a resume needs), so it cannot be resumed; to train its weights on, start"
+            f" a new run: tformer train --init-from {run_dir} --name NEW"
+        )
+    return saved.model, train_cfg
+
+
+def check_max_len(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+    """A one-line error where --max-len is more than the model has positions for."""
+    if cfg.max_len > model_cfg.max_positions:
+        raise TformerError(
+            f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions} positions"
+        )
+
+
+def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
+    """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
+    if name is None:
+        stem = Path(data.removeprefix("hf:")).name or "run"
+        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
+        raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
+    if name.startswith("."):  # hidden, as the data cache (runs/.cache) is: tformer runs skips it
+        raise TformerError(f"--name {name!r} must not start with a dot")
+    run_dir = runs_dir / name
+    if (run_dir / "model.pt").exists() or (run_dir / "last.pt").exists():
+        raise TformerError(f"{run_dir} already holds a trained run: use --resume or another --name")
+    return run_dir
+
+
+def placed(device_name: str) -> tuple[World, torch.device]:
+    """This process's place: its process group (one process, or DDP under torchrun) and its
+    device, the GPU of its local rank; N processes on the CPU share its cores."""
+    device = resolve_device(device_name)
+    world = init_world(device.type)
+    if world.size > 1 and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    elif world.size > 1:  # N processes share the cores
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+        torch.set_num_threads(max(1, torch.get_num_threads() // local))
+    return world, device
+
+
+def load_data(
+    run_dir: Path,
+    cfg: TrainConfig,
+    console: Console,
+    resume: bool,
+    max_positions: int,
+    world: World,
+) -> tuple[Any, dict[str, Split]]:
+    """``prepare`` on rank 0, which builds the tokenizer and the data cache (a run folder it
+    makes is removed again if that fails), then on the other ranks, which read them."""
+    if world.main:
+        with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
+            tokenizer, data = prepare(run_dir, cfg, console, resume, max_positions)
+    barrier(world)
+    if not world.main:
+        tokenizer, data = prepare(run_dir, cfg, console, True, max_positions)
+    return tokenizer, data
+
+
+@contextmanager
+def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
+    """Remove ``run_dir`` again if it is ``made`` here and what writes its first files fails or
+    is interrupted (Ctrl-C while the data is tokenized): no half-made run is left behind."""
+    try:
+        yield
+    except BaseException:
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def prepare(
+    run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
+) -> tuple[Any, dict[str, Split]]:
+    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
+    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
+    and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
+
+    The run folder is created only once the corpus and the tokenizer are ready, so bad data or
+    bad tokenizer settings leave nothing.
+    """
+    corpus = load_corpus(
+        cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
+        tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
+        valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
+    )  # fmt: skip
+    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
+    tok_path = run_dir / "tokenizer.json"
+    if resume:
+        tok = load_tokenizer(tok_path)
+    elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
+        load_tokenizer(Path(cfg.tokenizer_file))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
+        tok = load_tokenizer(tok_path)
+        console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
+    else:
+        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
+        tok = load_tokenizer(tok_path)
+        how = (
+            f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
+            if hit
+            else f"trained a {cfg.tokenizer_kind} tokenizer"
+        )
+        console.log(f"{how}: {tok.get_vocab_size()} types")
+    encoded, entry, hit = cache.encoded(tok_path)
+    if hit:
+        n = sum(len(refs) for _, _, refs in encoded.values())
+        console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
+    else:
+        console.log(f"tokenized data: cached at {entry}")
+    splits = {}
+    for name, (src, tgt, refs) in encoded.items():
+        if name == "train":
+            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
+            if len(keep) < len(src):
+                console.log(
+                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
+                )
+            if not keep:  # the caller removes the new run folder, as for bad data
+                raise TformerError(
+                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
+                    " on a side (--max-len)"
+                )
+        else:
+            longest = max_positions - 1  # room for </s> (source) or <s> (target)
+            keep = fits_positions(src, tgt, max_positions)
+            if src and not keep:
+                raise TformerError(
+                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
+                )
+            if len(keep) < len(src):
+                console.log(
+                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
+                    f" {longest} tokens"
+                )
+        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
+        splits[name] = Split(src, tgt, refs)
+    return tok, splits
+
+
+def tensorboard_writer(folder: Path) -> Callable[[], Any]:
+    """A maker of ``torch.utils.tensorboard.SummaryWriter(folder)``; a one-line error where
+    the ``tensorboard`` package is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise TformerError(
+            "--tensorboard needs the tensorboard package: pip install tensorboard"
+        ) from None
+    return lambda: SummaryWriter(str(folder))
