@@ -58,10 +58,10 @@ from tformer_cli.device import (
     setup,
 )
 from tformer_cli.model import Transformer
-from tformer_cli.train.distributed import ONE_PROCESS, World, init_world
-from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.schedule import make_optimizer
-from tformer_cli.train.trainer import forward_loss, train_step
+from tformer_cli.training.distributed import ONE_PROCESS, World, init_world
+from tformer_cli.training.loss import label_smoothed_loss
+from tformer_cli.training.schedule import make_optimizer
+from tformer_cli.training.trainer import forward_loss, train_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 

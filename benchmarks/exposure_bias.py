@@ -28,7 +28,7 @@ from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.device import inference
 from tformer_cli.report.evaluation import EvalConfig, EvalReport, evaluate
-from tformer_cli.train.trainer import Trainer
+from tformer_cli.training.trainer import Trainer
 
 ROWS: list[tuple[str, Callable[[EvalReport], float | None]]] = [
     ("greedy BLEU", lambda r: r.greedy.bleu),

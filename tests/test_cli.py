@@ -169,7 +169,7 @@ def test_train_with_an_unknown_tokenizer_kind_leaves_no_run_folder(tmp_path):
 
 
 def test_an_interrupted_training_exits_130_and_says_how_to_resume(tmp_path, monkeypatch):
-    from tformer_cli.train.trainer import Trainer, TrainResult
+    from tformer_cli.training.trainer import Trainer, TrainResult
 
     def interrupted_run(self, quiet: bool = False) -> TrainResult:
         return TrainResult(self.run_dir, self.state, None, "interrupted (Ctrl-C)", True)

@@ -140,7 +140,7 @@ def test_preset_values_apply_and_explicit_options_win(tmp_path, monkeypatch):
             captured.update(model=model_cfg, train=train_cfg)
             raise TformerError("stop here")
 
-    monkeypatch.setattr("tformer_cli.train.trainer.Trainer", FakeTrainer)
+    monkeypatch.setattr("tformer_cli.training.trainer.Trainer", FakeTrainer)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli.app, ["train", "--preset", "multi30k", "--layers", "1"])
     assert result.exit_code == 1 and "stop here" in result.output
@@ -170,7 +170,7 @@ def captured_trainer(monkeypatch):
             captured.update(run_dir=run_dir, model=model_cfg, train=train_cfg)
             raise TformerError("stop here")
 
-    monkeypatch.setattr("tformer_cli.train.trainer.Trainer", FakeTrainer)
+    monkeypatch.setattr("tformer_cli.training.trainer.Trainer", FakeTrainer)
     return captured
 
 

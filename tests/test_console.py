@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from tformer_cli.console import StopOnClosedPipe
-from tformer_cli.train.state import stop_on_interrupt
+from tformer_cli.training.state import stop_on_interrupt
 
 
 class ClosedPipe(io.StringIO):

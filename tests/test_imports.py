@@ -1,6 +1,6 @@
 """The package's imports point one way, down the order data flows:
 
-    cli -> api -> train -> report -> decode -> interop -> checkpoint -> (model | data)
+    cli -> api -> training -> report -> decode -> interop -> checkpoint -> (model | data)
         -> config/device/files
         -> errors/console/__init__
 
@@ -26,7 +26,7 @@ PACKAGE = "tformer_cli"
 LAYERS: list[tuple[str, ...]] = [
     ("cli", "__main__", "serve"),
     ("api",),
-    ("train",),
+    ("training",),
     ("report",),
     ("decode",),
     ("interop",),

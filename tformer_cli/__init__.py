@@ -8,8 +8,6 @@ applies the ones the command line runs with.
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -58,26 +56,3 @@ def __getattr__(name: str) -> Any:
 
         return TformerError
     raise AttributeError(f"module 'tformer_cli' has no attribute {name!r}")
-
-
-class _TrainPackage(types.ModuleType):
-    """The ``tformer_cli.train`` subpackage, also callable as the API's ``train()``: once a
-    subpackage is imported, the import system makes it the package's attribute of that name,
-    which would hide the function."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from tformer_cli.api import train
-
-        return train(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    """This package's module: makes the ``train`` subpackage callable as it is attached."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "train" and type(value) is types.ModuleType:
-            value.__class__ = _TrainPackage
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

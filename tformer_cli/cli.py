@@ -358,15 +358,15 @@ def train(
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.train.distributed import LAUNCHED, launch
-    from tformer_cli.train.setup import (
+    from tformer_cli.training.distributed import LAUNCHED, launch
+    from tformer_cli.training.setup import (
         TRAIN_OPTIONS,
         new_configs,
         new_run_dir,
         resume_options,
         resumed_configs,
     )
-    from tformer_cli.train.trainer import Trainer
+    from tformer_cli.training.trainer import Trainer
 
     if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
         if os.environ.get("WORLD_SIZE"):

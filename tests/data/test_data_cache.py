@@ -16,7 +16,7 @@ from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
 from tformer_cli.data.tokenizer import encode, load_tokenizer, train_tokenizer
 from tformer_cli.errors import TformerError
-from tformer_cli.train.setup import prepare
+from tformer_cli.training.setup import prepare
 
 
 def cfg(corpus: Path, **overrides) -> TrainConfig:

@@ -20,14 +20,14 @@ from tformer_cli.report.compare import Comparison, compare_runs
 from tformer_cli.report.evaluation import EvalConfig
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import RunInfo, list_runs
-from tformer_cli.train.setup import (
+from tformer_cli.training.setup import (
     TRAIN_OPTIONS,
     new_configs,
     new_run_dir,
     resume_options,
     resumed_configs,
 )
-from tformer_cli.train.trainer import Trainer
+from tformer_cli.training.trainer import Trainer
 
 # the train options that name a file or folder: a str or a Path
 PATH_OPTIONS = ("init_from", "tokenizer_file", "src_file", "tgt_file", "valid_src_file",

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_cli.train.loss import label_smoothed_loss
+from tformer_cli.training.loss import label_smoothed_loss
 
 
 def test_label_smoothed_loss_by_hand():

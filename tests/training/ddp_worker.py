@@ -1,4 +1,4 @@
-"""Run under ``torchrun`` by tests/train/test_distributed.py, in every process:
+"""Run under ``torchrun`` by tests/training/test_distributed.py, in every process:
 
 1. the gradient check: one ``train_step`` of a tiny model under DDP, each rank on its share of
    four micro-batches with plain SGD (lr 1, so the weight change is the gradient), against the
@@ -7,7 +7,7 @@
    weights that rank 0 saved in last.pt.
 
 Rank 0 writes what it saw as JSON. Usage:
-torchrun --standalone --nproc-per-node N tests/train/ddp_worker.py RUN_DIR MAX_STEPS OUT_JSON
+torchrun --standalone --nproc-per-node N tests/training/ddp_worker.py RUN_DIR MAX_STEPS OUT_JSON
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from tformer_cli.checkpoint import RunConfig, load_state
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.model import Transformer
-from tformer_cli.train.distributed import ONE_PROCESS, World
-from tformer_cli.train.trainer import Trainer, train_step
+from tformer_cli.training.distributed import ONE_PROCESS, World
+from tformer_cli.training.trainer import Trainer, train_step
 
 
 def gradient_gap(world: World) -> float:

@@ -26,7 +26,7 @@ from tformer_cli.device import resolve_device
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write
 from tformer_cli.model import Transformer
-from tformer_cli.train.distributed import World, barrier, init_world
+from tformer_cli.training.distributed import World, barrier, init_world
 
 # train's options -> (config table, field); "layers" sets both stacks
 TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {

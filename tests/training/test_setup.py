@@ -1,6 +1,7 @@
-"""Tests for tformer_cli.train.setup: the settings of a new run (recipe, options, defaults) and of
-a resumed one, the policy the CLI and the Python API share. Data set-up: tests/train/test_trainer.py
-and tests/data/test_data_cache.py; fine-tuning: tests/train/test_fine_tuning.py."""
+"""Tests for tformer_cli.training.setup: the settings of a new run (recipe, options, defaults)
+and of a resumed one, the policy the CLI and the Python API share. Data set-up:
+tests/training/test_trainer.py and tests/data/test_data_cache.py; fine-tuning:
+tests/training/test_fine_tuning.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.train.setup import new_configs, resume_options, resumed_configs
+from tformer_cli.training.setup import new_configs, resume_options, resumed_configs
 
 
 def test_given_options_win_over_the_recipe_and_the_defaults_fill_the_rest():

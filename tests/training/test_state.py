@@ -1,14 +1,14 @@
-"""Tests for tformer_cli.train.state: the progress record last.pt keeps, the micro-batch seeds of
+"""Tests for tformer_cli.training.state: the progress record last.pt keeps, the micro-batch seeds of
 exact resume, and the kill points of the crash-safety tests (whose SIGKILLs
-tests/train/test_trainer.py and test_distributed.py make real)."""
+tests/training/test_trainer.py and test_distributed.py make real)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tformer_cli.train import state as state_module
-from tformer_cli.train.schedule import Budget
-from tformer_cli.train.state import KillPoints, TrainState, micro_seeds
+from tformer_cli.training import state as state_module
+from tformer_cli.training.schedule import Budget
+from tformer_cli.training.state import KillPoints, TrainState, micro_seeds
 
 # The keys of last.pt's "state", in order: older runs resume from them, so they never change
 SAVED_KEYS = [

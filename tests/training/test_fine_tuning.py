@@ -8,12 +8,12 @@ import shutil
 import torch
 from typer.testing import CliRunner
 
-from tests.train.test_trainer import quiet_console, run, train_cfg
+from tests.training.test_trainer import quiet_console, run, train_cfg
 from tformer_cli.checkpoint import RunConfig, load_run, load_state
 from tformer_cli.cli import app
 from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
 from tformer_cli.decode.translate import translate_texts
-from tformer_cli.train.trainer import Trainer
+from tformer_cli.training.trainer import Trainer
 
 runner = CliRunner()
 

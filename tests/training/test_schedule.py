@@ -1,4 +1,4 @@
-"""Tests for tformer_cli.train.schedule: the paper's warm-up and inverse-sqrt decay, and the
+"""Tests for tformer_cli.training.schedule: the paper's warm-up and inverse-sqrt decay, and the
 budget-aware schedule of --max-minutes ("Budgeted Training", Li et al. 2020): its shape, the
 estimate of the run's updates saved in last.pt, and a resume that changes the budget."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.train.test_trainer import (
+from tests.training.test_trainer import (
     MODEL,
     assert_same_weights,
     log_records,
@@ -21,11 +21,11 @@ from tests.train.test_trainer import (
 from tformer_cli.checkpoint import load_state
 from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.train import schedule
-from tformer_cli.train import trainer as trainer_module
-from tformer_cli.train.schedule import budget_updates, lr_at
-from tformer_cli.train.state import TrainState
-from tformer_cli.train.trainer import Trainer
+from tformer_cli.training import schedule
+from tformer_cli.training import trainer as trainer_module
+from tformer_cli.training.schedule import budget_updates, lr_at
+from tformer_cli.training.state import TrainState
+from tformer_cli.training.trainer import Trainer
 
 
 # ---------------------------------------------------------------------------- the paper's

@@ -1,4 +1,4 @@
-"""Tests for tformer_cli.train.trainer: overfitting a batch, and a tiny end-to-end run whose
+"""Tests for tformer_cli.training.trainer: overfitting a batch, and a tiny end-to-end run whose
 --resume continues bit-for-bit."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from tformer_cli.compile import maybe_compile
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
-from tformer_cli.train import trainer as trainer_module
-from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.setup import new_run_dir, prepare
-from tformer_cli.train.state import stop_on_interrupt
-from tformer_cli.train.trainer import MAX_NONFINITE, Trainer, forward_loss
+from tformer_cli.training import trainer as trainer_module
+from tformer_cli.training.loss import label_smoothed_loss
+from tformer_cli.training.setup import new_run_dir, prepare
+from tformer_cli.training.state import stop_on_interrupt
+from tformer_cli.training.trainer import MAX_NONFINITE, Trainer, forward_loss
 
 
 def test_tiny_model_overfits_a_small_batch(tiny_model):

@@ -63,7 +63,7 @@ def init_world(device_type: str) -> World:
 def leave_world(world: World) -> None:
     """Leave the process group once every rank is done with it: a rank that destroyed its
     group while another still had a collective in flight died with SIGABRT at exit (gloo's
-    threads, about 1 run in 4 of tests/train/test_distributed.py)."""
+    threads, about 1 run in 4 of tests/training/test_distributed.py)."""
     if world.size > 1 and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

@@ -47,15 +47,15 @@ from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
-from tformer_cli.train.distributed import ONE_PROCESS, World, agree, leave_world
-from tformer_cli.train.loss import label_smoothed_loss
-from tformer_cli.train.schedule import make_optimizer
-from tformer_cli.train.scheduled_sampling import (
+from tformer_cli.training.distributed import ONE_PROCESS, World, agree, leave_world
+from tformer_cli.training.loss import label_smoothed_loss
+from tformer_cli.training.schedule import make_optimizer
+from tformer_cli.training.scheduled_sampling import (
     check_schedule,
     sampled_inputs,
     teacher_forcing_prob,
 )
-from tformer_cli.train.setup import (
+from tformer_cli.training.setup import (
     RESUME_OVERRIDES,
     check_max_len,
     load_data,
@@ -63,7 +63,7 @@ from tformer_cli.train.setup import (
     resumed_configs,
     tensorboard_writer,
 )
-from tformer_cli.train.state import (
+from tformer_cli.training.state import (
     KillPoints,
     TrainResult,
     TrainState,

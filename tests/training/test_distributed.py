@@ -1,5 +1,5 @@
-"""Tests for tformer_cli.train.distributed and DDP training: two real gloo processes under
-torchrun (a `tformer train --nproc 2` launch, killed, then a resume by tests/train/ddp_worker.py)
+"""Tests for tformer_cli.training.distributed and DDP training: two real gloo processes under
+torchrun (a `tformer train --nproc 2` launch, killed, then a resume by tests/training/ddp_worker.py)
 against one process on the same global batches."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.train.test_trainer import TRAIN_ARGS, log_records, quiet_console
+from tests.training.test_trainer import TRAIN_ARGS, log_records, quiet_console
 from tformer_cli.checkpoint import RunConfig, load_state
-from tformer_cli.train.distributed import World
-from tformer_cli.train.trainer import Trainer
+from tformer_cli.training.distributed import World
+from tformer_cli.training.trainer import Trainer
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 # Two processes sum the gradients in another order than one process accumulating them, and
@@ -60,7 +60,7 @@ def test_two_gloo_processes_train_as_one_killed_and_resumed_under_another_n(
     tmp_path, tiny_corpus, single_thread_trainer
 ):
     """`tformer train --nproc 2 --accum 2` (dropout on): both processes are SIGKILLed after
-    update 9 (last.pt holds update 8); two processes resume to 12 (tests/train/ddp_worker.py:
+    update 9 (last.pt holds update 8); two processes resume to 12 (tests/training/ddp_worker.py:
     the gradient of one DDP step equals one process's, and every rank ends with rank 0's
     weights); one process then resumes to 16. Weights and validation losses equal a single
     process's with --accum 2, which takes the same two batches per update. With --max-minutes

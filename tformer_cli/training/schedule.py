@@ -14,7 +14,7 @@ import torch
 
 from tformer_cli.config import TrainConfig
 from tformer_cli.model import Transformer
-from tformer_cli.train.distributed import World, from_main
+from tformer_cli.training.distributed import World, from_main
 
 
 def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
