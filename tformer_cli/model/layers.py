@@ -28,18 +28,24 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout: zero each element with probability p, scale the others by 1/(1-p).
+    """Dropout (section 5.4): zero each element with probability p, scale the rest by 1/(1-p).
 
-    On CPU each element's keep bit compares 16 random bits with a threshold, four elements to
-    one 64-bit draw of the global generator: 1.0 ms per million elements, against 5.2 ms for
-    ``torch.rand(...) >= p`` and 10 for ``F.dropout``'s ``bernoulli_`` (measured on an AMD EPYC).
-    p is rounded to a multiple of 1/65536 (at most 65535/65536), and the kept elements are scaled
-    by exactly that.
+    This is ``F.dropout(x, p, training)``, which runs on GPUs and under ``torch.compile``. On an
+    eager CPU it is ``dropout_16bit_mask``: the same distribution from a cheaper random draw.
     """
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)  # fused on GPUs and by Inductor
+    return dropout_16bit_mask(x, p)
+
+
+def dropout_16bit_mask(x: Tensor, p: float) -> Tensor:
+    """Inverted dropout whose keep mask compares 16 random bits per element with a threshold:
+    one 64-bit draw of the global generator serves four elements, where ``F.dropout`` draws a
+    Bernoulli variable per element. p is rounded to a multiple of 1/65536 (at most
+    65535/65536), and the kept elements are scaled by exactly that rounded 1/(1-p).
+    """
     dropped = min(round(p * 65536), 65535)  # of the 65536 values of 16 bits, those that drop
     bits = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
     uniform16 = bits.view(torch.int16)[: x.numel()].view(x.shape)  # (..), each in [-2^15, 2^15)
@@ -75,9 +81,8 @@ class Embeddings(nn.Module):
         Under autocast on CPU the output, and so the residual stream that starts here, is in
         the autocast dtype (bf16), as are the LayerNorms and residual additions along it (CPU
         autocast leaves them in their input's dtype): two casts of every (B, T, d) activation
-        per sublayer fewer, forward and backward (``bench_train.py``, 3+3 layers d=256, AMD
-        EPYC: the bf16 step from 1.12x to 1.20x HF's). On CUDA, whose autocast runs LayerNorm
-        in fp32, the stream stays fp32.
+        per sublayer fewer, forward and backward. On CUDA, whose autocast runs LayerNorm in
+        fp32, the stream stays fp32.
         """
         T = tokens.size(1)
         pe = (

@@ -6,11 +6,8 @@ in int8 (VNNI where the CPU has it) and a decoding step streams a quarter of the
 which is what bounds it at batch 1. Embedding lookups stay fp32.
 
 This uses PyTorch's own dynamic quantization (``torch.ao.quantization.quantize_dynamic``, the
-FBGEMM kernels). torchao's int8 tensor subclasses were measured first, on the benchmark's
-3+3-layer d=256 V=8k model, greedy, 1 thread, AMD EPYC (Zen 4): at batch 1, 101 tok/s eager and
-183 compiled (int8 weights and activations), 208 eager and 248 compiled (int8 weights only),
-against 366 for fp32 and 560 for this path; at batch 32 this path was 2.0x fp32 (tok/s
-4,414 vs 2,219) and torchao's eager ones 0.83-0.91x.
+FBGEMM kernels), which decoded faster than torchao's int8 tensor subclasses, eager or compiled
+(the speed page of the docs gives the figures).
 """
 
 from __future__ import annotations
