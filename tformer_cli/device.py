@@ -54,7 +54,7 @@ BF16_MIN_WIDTH = 256
 
 def cuda_native_bf16(device: torch.device | None = None) -> bool:
     """True where the GPU computes bf16 and TF32 in hardware: compute capability 8.0 (Ampere)
-    or newer. ``torch.cuda.is_bf16_supported()`` also says True on older cards (V100, T4),
+    or newer. ``torch.cuda.is_bf16_supported()`` also says True on older cards (Volta, Turing),
     which only emulate bf16, slower than fp32."""
     return torch.cuda.get_device_capability(device) >= (8, 0)
 

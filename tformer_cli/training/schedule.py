@@ -162,7 +162,7 @@ class Budget:
             return (
                 f"--max-minutes {old:g} -> {cfg.max_minutes:g}: the learning rate now reaches 0"
                 f" at update {self.updates} (was {was}; {self.update_seconds * 1000:.0f}"
-                " ms/update measured)"
+                " ms/update so far)"
             )
         self.updates, self.minutes, self.decay_from = 0, 0.0, 0
         return (
