@@ -20,6 +20,7 @@ from tformer_cli.checkpoint import RunConfig, atomic_torch_save
 from tformer_cli.cli import app
 from tformer_cli.config import DecodeConfig
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.report import eval_run
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig, EvalReport, report_json
@@ -28,7 +29,6 @@ from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import (
     EVALS,
     EvalKey,
-    file_sha256,
     load_stored_eval,
     read_stored_eval,
     stored_evals,

@@ -14,8 +14,9 @@ from tformer_cli.config import TrainConfig
 from tformer_cli.data.corpus import FILES, PARALLEL_FILES, SPLITS, absolute_data
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.stored import DTYPE_KEYS, EvalKey, file_sha256
+from tformer_cli.report.stored import DTYPE_KEYS, EvalKey
 
 
 @dataclass(frozen=True)
