@@ -1,6 +1,6 @@
 """The package's imports point one way, down the order data flows (DESIGN.md section 1):
 
-    cli -> train -> report -> decode -> interop -> checkpoint -> (model | data)
+    cli -> train -> report -> interop -> decode -> checkpoint -> (model | data)
         -> config/device/files
         -> errors/console/__init__
 
@@ -24,8 +24,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli", "__main__", "serve"),
     ("train",),
     ("report",),
+    ("interop",),  # the CTranslate2 engine returns decode's translations
     ("decode",),
-    ("interop",),
     ("checkpoint",),
     ("model", "data"),  # siblings that know nothing of each other
     ("config", "device", "files", "compile"),

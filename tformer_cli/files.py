@@ -1,7 +1,8 @@
 """Atomic, durable file writes: a temporary file in the target's folder, synced to disk, then
 ``os.replace``, then the folder synced, so that readers never see half a file, an interrupted
 write leaves the old file whole, and after a power cut the name points at the whole new file
-or the old one (never at an empty file, as on file systems without ext4's rename heuristic)."""
+or the old one (never at an empty file, as on file systems without ext4's rename heuristic);
+and a file's SHA-256, which names what was made from it (stored evaluations, exports)."""
 
 from __future__ import annotations
 

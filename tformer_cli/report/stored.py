@@ -42,11 +42,15 @@ class EvalKey:
     precision: str  # fp32, bf16 (the autocast dtype asked for) or int8
     device: str  # cpu, cuda or mps
     config: EvalConfig
+    engine: str = "torch"  # what ran the searches: torch, or ctranslate2
 
     @property
     def digest(self) -> str:
         """The stored result's name, ``RUN/evals/<digest>.json``."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        raw = dataclasses.asdict(self)
+        if raw["engine"] == "torch":  # a torch result keeps the key it had before engines
+            del raw["engine"]
+        text = json.dumps(raw, sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
