@@ -634,8 +634,9 @@ def translate(
     alpha: Annotated[
         float | None,
         typer.Option(
-            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha. Default: the"
-            " (first) run's --beam-alpha, 0.6 unless its training set another."
+            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine"
+            " ctranslate2: / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless its"
+            " training set another."
         ),
     ] = None,
     nbest: Annotated[
