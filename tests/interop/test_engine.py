@@ -83,6 +83,7 @@ def test_blank_inputs_samples_and_too_long_sources(loaded, toy_test):
     assert [(t, r.hypotheses) for t, r in first] == [(t, r.hypotheses) for t, r in again]
     assert first[0][0] == first[-1][0] == [""] and sum(done) == len(sources)
     assert all(len(r.hypotheses) == 2 for _, r in first[1:-1])
+    assert engine.translate_sources(ct2_model, loaded.tokenizer, [], cfg) == []
     with pytest.raises(TformerError, match="input 3 has 200 tokens; this model reads at most 128"):
         engine.translate_sources(ct2_model, loaded.tokenizer, [[5], [5], [5] * 199], cfg)
 

@@ -165,6 +165,20 @@ def hypothesis(model: Ct2Model, tokens: list[str], score: float, alpha: float) -
     return Hypothesis(ids, score * len(tokens) ** alpha, score, finished)
 
 
+def limit_groups(
+    sources: Sequence[Sequence[int]], real: list[int], cfg: DecodeConfig, max_positions: int
+) -> dict[int, list[int]]:
+    """The indices ``real`` of ``sources`` by their limit on generated tokens (``max_lengths``,
+    which depends on the source's length only): one ``translate_batch`` call each."""
+    if not real:
+        return {}
+    limits = max_lengths(pad([[*sources[i], EOS_ID] for i in real]), cfg, max_positions)
+    groups: dict[int, list[int]] = {}
+    for i, limit in zip(real, limits.tolist(), strict=True):
+        groups.setdefault(limit, []).append(i)
+    return groups
+
+
 def translate_sources(
     model: Ct2Model,
     tokenizer: Tokenizer,
@@ -183,14 +197,11 @@ def translate_sources(
         raise TformerError(why)
     lengths = [len(s) + 1 for s in sources]
     check_lengths(lengths, model.max_positions, first)
-    limits = max_lengths(pad([[*s, EOS_ID] for s in sources]), cfg, model.max_positions).tolist()
     results = [Translation([Hypothesis([], 0.0, 0.0)], 0.0)] * len(sources)  # blank lines
     real = [i for i, s in enumerate(sources) if s]
     if on_batch is not None and len(real) < len(sources):
         on_batch(len(sources) - len(real))
-    by_limit: dict[int, list[int]] = {}
-    for i in real:
-        by_limit.setdefault(limits[i], []).append(i)
+    by_limit = limit_groups(sources, real, cfg, model.max_positions)
     options = search_options(cfg)
     size, unit = (batching.max_sentences, "examples") if batching.max_sentences else (
         batching.max_tokens, "tokens",
