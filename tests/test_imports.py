@@ -1,6 +1,6 @@
 """The package's imports point one way, down the order data flows:
 
-    cli -> api -> training -> report -> decode -> interop -> checkpoint -> (model | data)
+    cli -> api -> training -> report -> interop -> decode -> checkpoint -> (model | data)
         -> config/device/files
         -> errors/console/__init__
 
@@ -28,8 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("api",),
     ("training",),
     ("report",),
+    ("interop",),  # the CTranslate2 engine returns decode's translations
     ("decode",),
-    ("interop",),
     ("checkpoint",),
     ("model", "data"),  # siblings that know nothing of each other
     ("config", "device", "files", "compile"),

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -28,6 +28,10 @@ from tformer_cli.config import (
 )
 from tformer_cli.console import StopOnClosedPipe, make_progress
 from tformer_cli.errors import TformerError
+
+if TYPE_CHECKING:
+    from tformer_cli.checkpoint import LoadedRun
+    from tformer_cli.decode.translate import SourcesEngine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,6 +153,14 @@ Mbr = Annotated[
 MbrFrom = Annotated[str, typer.Option(help="Where MBR candidates come from: sample or beam.")]
 MbrUtility = Annotated[str, typer.Option(help="MBR utility: chrf (sacrebleu's) or bleu.")]
 MinLen = Annotated[int, typer.Option(min=0, help="No </s> before this many tokens.")]
+Engine = Annotated[
+    str,
+    typer.Option(
+        help="What decodes: torch (tformer's search) or ctranslate2 (the run's CTranslate2"
+        " export, made on first use in RUN/ctranslate2/; there --alpha divides by |Y|^alpha,"
+        " not by GNMT's ((5+|Y|)/6)^alpha; no MBR, epsilon sampling or ensembles)."
+    ),
+]
 Compile = Annotated[
     str,
     typer.Option(
@@ -470,6 +482,33 @@ def search_config(
     )  # fmt: skip
 
 
+def check_engine(engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True) -> None:
+    """A usage error for an unknown ``--engine``, or for a search ``cfg`` of ``runs`` runs that
+    CTranslate2 cannot do (``engine.refusal``), before anything is loaded."""
+    from tformer_cli.decode.translate import ENGINES
+
+    if engine not in ENGINES:
+        raise typer.BadParameter(f"{engine!r}: use torch or ctranslate2", param_hint="--engine")
+    if engine == "ctranslate2" and cfg is not None:
+        with interop_packages():
+            from tformer_cli.interop.engine import refusal
+
+        why = refusal(cfg, runs, cache)
+        if why is not None:
+            raise typer.BadParameter(why, param_hint="--engine")
+
+
+def load_engine(engine: str, run: LoadedRun) -> SourcesEngine | None:
+    """The run's CTranslate2 engine (its export made on first use) for ``--engine
+    ctranslate2``; ``None`` (tformer's search) for torch."""
+    if engine == "torch":
+        return None
+    with interop_packages():
+        from tformer_cli.interop.engine import ctranslate2_engine
+
+        return ctranslate2_engine(run)
+
+
 def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
     """``--alpha`` if given, else the first run's ``beam_alpha`` (the newest run's by default),
     read from its ``config.json``."""
@@ -529,8 +568,9 @@ def translate(
     alpha: Annotated[
         float | None,
         typer.Option(
-            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha. Default: the"
-            " (first) run's --beam-alpha, 0.6 unless its training set another."
+            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine"
+            " ctranslate2: / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless its"
+            " training set another."
         ),
     ] = None,
     nbest: Annotated[
@@ -592,6 +632,7 @@ def translate(
         str, typer.Option(help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster).")
     ] = "fp32",
     compile: Compile = "auto",
+    engine: Engine = "torch",
     quiet: Quiet = False,
 ) -> None:
     """Translate sentences (beam search with a KV cache; results in input order).
@@ -621,12 +662,18 @@ def translate(
         mbr_from, mbr_utility, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
         min_len=min_len, seed=seed,
     )  # fmt: skip
+    check_engine(engine, cfg, len(model or [None]), cache=not no_cache)
+    if trace is not None and engine == "ctranslate2":
+        raise typer.BadParameter(
+            "CTranslate2 cannot trace a search: use --engine torch", param_hint="--engine"
+        )
     inputs = read_inputs(texts, file)
     run = load_runs(model, device, precision, compile)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
     if trace is not None:
         write_trace(trace, run, texts or [], cfg)
+    decoder = load_engine(engine, run[0])
     style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
@@ -636,7 +683,8 @@ def translate(
             except EOFError:  # Ctrl-D: end the prompt's line
                 err.print()
                 return
-            result = translate_texts(run, [line], cfg, Batching(use_cache=not no_cache))
+            batching = Batching(use_cache=not no_cache)
+            result = translate_texts(run, [line], cfg, batching, engine=decoder)
             out.print(format_translations(result, style)[0], markup=False)
     lines, total = inputs
     few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
@@ -644,7 +692,7 @@ def translate(
         task = progress.add_task("translate", total=total, info="")
         chunks = translate_chunks(
             run, lines, cfg, Batching(max_tokens, batch_size, not no_cache),
-            chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n),
+            chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n), engine=decoder,
         )  # fmt: skip
         if output is not None:
             count = save_translations(output, chunks, style)
@@ -759,6 +807,7 @@ def evaluate(
         ),
     ] = None,
     compile: Compile = "auto",
+    engine: Engine = "torch",
     threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
@@ -778,10 +827,11 @@ def evaluate(
         beam, run_alpha(alpha, model), sample, (temperature, top_k, top_p, epsilon), mbr,
         mbr_from, mbr_utility, min_len=min_len, seed=seed,
     )  # fmt: skip
+    check_engine(engine, search, len(model or [None]))
     request = EvalRequest(
         data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file, split=split,
         limit=limit, config=EvalConfig(search, seed=seed), device=device, precision=precision,
-        threads=threads, compile=compile,
+        threads=threads, compile=compile, engine=engine,
     )  # fmt: skip
     runs = model or [None]
     for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's
@@ -930,6 +980,7 @@ def serve_command(
     ] = 30.0,
     device: Device = "auto",
     precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    engine: Engine = "torch",
     quiet: Quiet = False,
 ) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
@@ -940,11 +991,13 @@ def serve_command(
     """
     from tformer_cli.serve import Limits, serve
 
+    check_engine(engine, None)
     limits = Limits(max_chars, max_texts, max_body, max_beam, timeout)
-    serve(
-        model, err, host=host, port=port, limits=limits, max_tokens=max_tokens, wait_ms=wait_ms,
-        device=device, precision=precision, quiet=quiet,
-    )  # fmt: skip
+    with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
+        serve(
+            model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
+            wait_ms=wait_ms, device=device, precision=precision, engine=engine, quiet=quiet,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- export, import

@@ -1,10 +1,12 @@
 """Atomic, durable file writes: a temporary file in the target's folder, synced to disk, then
 ``os.replace``, then the folder synced, so that readers never see half a file, an interrupted
 write leaves the old file whole, and after a power cut the name points at the whole new file
-or the old one (never at an empty file, as on file systems without ext4's rename heuristic)."""
+or the old one (never at an empty file, as on file systems without ext4's rename heuristic);
+and a file's SHA-256, which names what was made from it (stored evaluations, exports)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -76,3 +78,15 @@ def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool =
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write ``text`` as UTF-8 with ``atomic_write``."""
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), durable=durable)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                digest.update(piece)
+    except OSError as e:
+        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
+    return digest.hexdigest()

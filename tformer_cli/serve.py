@@ -30,7 +30,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.decode.streams import format_translations
-from tformer_cli.decode.translate import Batching, translate_texts
+from tformer_cli.decode.translate import Batching, SourcesEngine, translate_texts
 from tformer_cli.device import precision_name
 from tformer_cli.errors import TformerError
 from tformer_cli.report.attention.maps import KINDS
@@ -115,8 +115,10 @@ class Batcher:
     ``wait`` seconds of the first (until ``max_tokens`` source tokens), decodes each group of
     equal settings as one batch, and resolves every job's future with its own results."""
 
-    def __init__(self, run: LoadedRun, max_tokens: int, wait: float) -> None:
-        self.run, self.max_tokens, self.wait = run, max_tokens, wait
+    def __init__(
+        self, run: LoadedRun, max_tokens: int, wait: float, engine: SourcesEngine | None = None
+    ) -> None:
+        self.run, self.max_tokens, self.wait, self.engine = run, max_tokens, wait, engine
         self.queue: queue.Queue[Job | None] = queue.Queue()
         self.requests = self.batches = 0
         self.thread = threading.Thread(target=self._loop, name="tformer-model", daemon=True)
@@ -169,7 +171,10 @@ class Batcher:
                 answers = [trace_record(self.run, j.texts[0], j.cfg, j.trace) for j in group]
             else:
                 texts = [t for j in group for t in j.texts]
-                results = translate_texts(self.run, texts, group[0].cfg, Batching(self.max_tokens))
+                batching = Batching(self.max_tokens)
+                results = translate_texts(
+                    self.run, texts, group[0].cfg, batching, engine=self.engine
+                )
                 lines = format_translations(results, "json")
                 answers, start = [], 0
                 for job in group:
@@ -299,10 +304,15 @@ def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any
 
 
 def create_app(
-    run: LoadedRun, limits: Limits = Limits(), max_tokens: int = 4096, wait_ms: float = 5.0
+    run: LoadedRun,
+    limits: Limits = Limits(),
+    max_tokens: int = 4096,
+    wait_ms: float = 5.0,
+    engine: SourcesEngine | None = None,
 ) -> FastAPI:
-    """The app serving ``run``; its model thread runs while the app does (its lifespan)."""
-    batcher = Batcher(run, max_tokens, wait_ms / 1000)
+    """The app serving ``run``; its model thread runs while the app does (its lifespan).
+    ``engine``: what translates (default: tformer's search); attention maps need torch's."""
+    batcher = Batcher(run, max_tokens, wait_ms / 1000, engine)
     info = model_info(run, limits, max_tokens)
     positions = run.model.cfg.max_positions
     translate_body, attention_body, trace_body = request_models(limits, run.config.train.beam_alpha)
@@ -365,6 +375,9 @@ def create_app(
 
     @app.post("/attention", summary="Attention maps of one translation: `inspect-attention --json`")
     async def attention(body: attention_body) -> dict[str, Any]:  # type: ignore[valid-type]
+        if engine is not None:
+            detail = "attention: CTranslate2 gives no attention maps: serve with --engine torch"
+            raise HTTPException(422, detail)
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
@@ -410,12 +423,19 @@ def serve(
     wait_ms: float = 5.0,
     device: str = "auto",
     precision: str = "fp32",
+    engine: str = "torch",
     quiet: bool = False,
 ) -> None:
-    """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C."""
+    """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C;
+    ``engine``: torch, or ctranslate2 (the run's export, made on first use)."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
     run = load_run(model_dir, device, precision)
-    app = create_app(run, limits, max_tokens, wait_ms)
+    decoder = None
+    if engine == "ctranslate2":
+        from tformer_cli.interop.engine import ctranslate2_engine
+
+        decoder = ctranslate2_engine(run)
+    app = create_app(run, limits, max_tokens, wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host
         err.print(

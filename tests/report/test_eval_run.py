@@ -11,15 +11,19 @@ import shutil
 import pytest
 import sacrebleu
 import torch
+from datasets import Dataset
 from rich.console import Console
+from tokenizers import normalizers
 from typer.testing import CliRunner
 
 from tests.conftest import WORDS
 from tformer_cli import device
-from tformer_cli.checkpoint import RunConfig, atomic_torch_save
+from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, atomic_torch_save, load_run
 from tformer_cli.cli import app
 from tformer_cli.config import DecodeConfig
+from tformer_cli.data.tokenizer import encode, load_tokenizer, save_tokenizer
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.report import eval_run
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig, EvalReport, report_json
@@ -28,7 +32,6 @@ from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import (
     EVALS,
     EvalKey,
-    file_sha256,
     load_stored_eval,
     read_stored_eval,
     stored_evals,
@@ -188,7 +191,7 @@ def test_a_stored_result_is_keyed_by_model_bytes_data_split_limit_and_settings(
         key(limit=2), key(limit=None), key(split="valid"),
         key(config=EvalConfig(DecodeConfig(beam=3))),
         key(config=EvalConfig(asked.config.search, seed=1)),
-        key(torch.bfloat16), key(data="toy"),
+        key(torch.bfloat16), key(data="toy"), key(engine="ctranslate2"),
     ]  # fmt: skip
     assert len({k.digest for k in others} | {stored.key}) == len(others) + 1
     assert all(load_stored_eval(corpus_run, k) is None for k in others)
@@ -248,3 +251,30 @@ def test_an_ensemble_of_runs_with_different_tokenizers_is_a_one_line_error(tmp_p
     )
     assert result.exit_code == 1 and "different tokenizers" in result.output
     assert "Traceback" not in result.output
+
+
+def test_eval_of_an_imported_run_needs_data_named(corpus_run, tiny_corpus):
+    """An import (``train.data`` ``none``) has no data of its own: one line asks for --data."""
+    config = RunConfig.load(corpus_run)
+    train = dataclasses.replace(config.train, data="none")
+    RunConfig(config.model, train, imported_from="hf:someone/opus-mt-xx-yy").save(corpus_run)
+    result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--device", "cpu"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert "imported from hf:someone/opus-mt-xx-yy" in lines[0] and "pass --data" in lines[0]
+    given = ["--data", str(tiny_corpus), "--limit", "2", "--beam", "1", "--quiet"]
+    result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--device", "cpu", *given])
+    assert result.exit_code == 0, result.output
+
+
+def test_references_are_encoded_by_the_runs_target_tokenizer(corpus_run):
+    tok = load_tokenizer(corpus_run / "tokenizer.json")
+    tok.normalizer = normalizers.Replace(WORDS[0], WORDS[1])  # the target side reads differently
+    save_tokenizer(tok, corpus_run / TARGET_TOKENIZER)
+    run = load_run(corpus_run, "cpu")
+    text = " ".join(WORDS[:3])
+    split = eval_run.encode_split(run, Dataset.from_dict({"src": [text], "tgt": [text]}))
+    assert split.src == encode(run.tokenizer, [text])
+    assert split.tgt == encode(run.tgt_tokenizer, [text]) != split.src
+    assert split.refs == [text]

@@ -20,6 +20,7 @@ from rich.console import Console
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.report import runs
 from tformer_cli.report.evaluation import EvalConfig
 from tformer_cli.report.request import EvalRequest
@@ -32,7 +33,7 @@ from tformer_cli.report.runs import (
     read_log,
     show_runs,
 )
-from tformer_cli.report.stored import StoredEval, file_sha256, keep_eval
+from tformer_cli.report.stored import StoredEval, keep_eval
 
 
 def training_log(last_step: int = 100, valid_every: int = 50) -> list[dict]:

@@ -12,7 +12,13 @@ from typing import BinaryIO
 from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode.search import DEFAULT
-from tformer_cli.decode.translate import BATCHING, Batching, TextTranslation, translate_texts
+from tformer_cli.decode.translate import (
+    BATCHING,
+    Batching,
+    SourcesEngine,
+    TextTranslation,
+    translate_texts,
+)
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write
 
@@ -78,6 +84,7 @@ def translate_chunks(
     *,
     chunk_size: int = 2000,
     on_batch: Callable[[int], None] | None = None,
+    engine: SourcesEngine | None = None,
 ) -> Iterator[list[TextTranslation]]:
     """``translate_texts`` of ``chunk_size`` lines at a time (each chunk sorted by length into
     batches), in input order: the first chunk is ready before the input ends, and memory holds
@@ -85,7 +92,9 @@ def translate_chunks(
     lines = iter(lines)
     first = 1
     while chunk := list(itertools.islice(lines, chunk_size)):
-        yield translate_texts(run, chunk, cfg, batching, on_batch=on_batch, first=first)
+        yield translate_texts(
+            run, chunk, cfg, batching, on_batch=on_batch, first=first, engine=engine
+        )
         first += len(chunk)
 
 

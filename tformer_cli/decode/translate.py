@@ -4,9 +4,11 @@ reranking on top of the search."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from tokenizers import Tokenizer
@@ -35,6 +37,7 @@ class Batching:
 
 
 BATCHING = Batching()
+ENGINES = ("torch", "ctranslate2")  # what decodes (--engine): tformer's search, or CTranslate2
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,22 @@ def translate_sources(
     return out
 
 
+class SourcesEngine(Protocol):
+    """``translate_sources`` with its models bound: tformer's search, or another engine's
+    (``--engine ctranslate2``: ``interop/engine.py``)."""
+
+    def __call__(
+        self,
+        tokenizer: Tokenizer,
+        sources: Sequence[Sequence[int]],
+        cfg: DecodeConfig,
+        batching: Batching,
+        *,
+        on_batch: Callable[[int], None] | None,
+        first: int,
+    ) -> list[tuple[list[str], Translation]]: ...
+
+
 def translate_texts(
     run: LoadedRun | Sequence[LoadedRun],
     texts: Sequence[str],
@@ -187,19 +206,19 @@ def translate_texts(
     *,
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
+    engine: SourcesEngine | None = None,
 ) -> list[TextTranslation]:
     """Tokenize, translate and detokenize sentences with a loaded run (or an ensemble of runs
     sharing a tokenizer, see ``checkpoint.load_runs``), in input order (``first``: the number
-    of the first text, for error messages)."""
+    of the first text, for error messages); ``engine``: what translates the token lists
+    (default: tformer's search, ``translate_sources``)."""
     runs = [run] if isinstance(run, LoadedRun) else list(run)
     lead = runs[0]
+    models = [r.model for r in runs]
+    translate = engine or functools.partial(translate_sources, models, compile=lead.compile)
     with inference(lead.device, lead.dtype):
         sources = encode(lead.tokenizer, texts)
-        models = [r.model for r in runs]
-        results = translate_sources(
-            models, lead.tokenizer, sources, cfg, batching,
-            on_batch=on_batch, first=first, compile=lead.compile,
-        )  # fmt: skip
+        results = translate(lead.tokenizer, sources, cfg, batching, on_batch=on_batch, first=first)
     return [
         TextTranslation(text, out, r.hypotheses, r.seconds)
         for text, (out, r) in zip(texts, results, strict=True)

@@ -9,7 +9,6 @@ run's ``tokenizer.json`` goes along (CTranslate2 itself reads token strings).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from torch import Tensor, nn
 from tformer_cli.checkpoint import TARGET_TOKENIZER, LoadedRun, load_run
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.interop.folder import write_folder
 from tformer_cli.model import Transformer
 from tformer_cli.model.attention import MultiHeadAttention
@@ -56,11 +56,7 @@ def export_ctranslate2(
 def ctranslate2_cache(run_dir: Path, quantization: str = "float32") -> Path:
     """Where the run keeps its CTranslate2 export: a folder named by the hash of ``model.pt``
     (a retrained or averaged model gets a new one) and the quantization."""
-    digest = hashlib.sha256()
-    with open(run_dir / "model.pt", "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return run_dir / CACHE / f"{digest.hexdigest()[:16]}-{quantization}"
+    return run_dir / CACHE / f"{file_sha256(run_dir / 'model.pt')[:16]}-{quantization}"
 
 
 class RunConverter(Converter):

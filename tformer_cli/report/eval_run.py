@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from datasets import Dataset, concatenate_datasets
 from rich.console import Console
-from tokenizers import Tokenizer
 
 from tformer_cli.checkpoint import LoadedRun, RunConfig, load_run, resolve_run, shared_tokenizer
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import CARVED, SPLITS, load_corpus
 from tformer_cli.data.split import Split, fits_positions
 from tformer_cli.data.tokenizer import encode
+from tformer_cli.decode.translate import SourcesEngine
 from tformer_cli.device import free_cores, inference, precision_name, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
@@ -72,15 +72,16 @@ def evaluate_run(
     start, log = time.perf_counter(), console or Console(stderr=True)
     # load: the run, its split encoded, the pairs the model can read, the result's key
     loaded = load_for(run, request)
+    engine = search_engine(loaded, request, len(ensemble_with))
     data = request.data_for(loaded.config.train)
-    split = encode_split(loaded.tokenizer, read_pairs(data, request, log, quiet))
+    split = encode_split(loaded, read_pairs(data, request, log, quiet))
     kept = fitting_pairs(split, loaded.config.model.max_positions)
     key = request.key(loaded.run_dir, loaded.config, loaded.device, loaded.dtype)
     load = time.perf_counter() - start
     # evaluate: the run alone, then with the others as an ensemble
     scored, skipped = split.select(kept), len(split.src) - len(kept)
     source = eval_source(loaded, data, request)
-    report, outputs = score_split(loaded, scored, skipped, request, source, log, quiet)
+    report, outputs = score_split(loaded, scored, skipped, request, source, log, quiet, engine)
     timing = dataclasses.replace(report.timing, total=report.timing.total + load, load=load)
     report = dataclasses.replace(report, timing=timing)
     if ensemble_with:
@@ -99,12 +100,28 @@ def evaluate_run(
 
 def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
     """The run (default: the newest) on the request's device and precision (default: the
-    run's training precision), with the request's CPU threads."""
+    run's training precision), with the request's CPU threads; first, a one-line error if the
+    request names no data and the run has none (``EvalRequest.check_data``)."""
     run_dir = resolve_run(run)
-    precision = request.precision_for(RunConfig.load(run_dir))
-    loaded = load_run(run_dir, request.device, precision, request.compile)
+    config = RunConfig.load(run_dir)
+    request.check_data(run_dir, config)
+    loaded = load_run(run_dir, request.device, request.precision_for(config), request.compile)
     use_threads(request.threads)
     return loaded
+
+
+def search_engine(run: LoadedRun, request: EvalRequest, others: int) -> SourcesEngine | None:
+    """What runs the request's searches: ``None``, tformer's own, or the run's CTranslate2
+    engine (``--engine ctranslate2``), after a one-line error for what it cannot do (an
+    ensemble with ``others`` runs, MBR, epsilon sampling)."""
+    if request.engine == "torch":
+        return None
+    from tformer_cli.interop.engine import ctranslate2_engine, refusal
+
+    why = refusal(request.config.search, 1 + others)
+    if why is not None:
+        raise TformerError(why)
+    return ctranslate2_engine(run)
 
 
 def use_threads(threads: int) -> None:
@@ -135,9 +152,10 @@ def read_pairs(data: DataChoice, request: EvalRequest, log: Console, quiet: bool
     return pairs.select(range(min(limit, len(pairs)))) if limit is not None else pairs
 
 
-def encode_split(tokenizer: Tokenizer, pairs: Dataset) -> Split:
+def encode_split(run: LoadedRun, pairs: Dataset) -> Split:
+    """Sources by the run's tokenizer, references by its target side's (``tgt_tokenizer``)."""
     refs = list(pairs["tgt"])
-    return Split(encode(tokenizer, pairs["src"]), encode(tokenizer, refs), refs)
+    return Split(encode(run.tokenizer, pairs["src"]), encode(run.tgt_tokenizer, refs), refs)
 
 
 def fitting_pairs(split: Split, max_positions: int) -> list[int]:
@@ -156,6 +174,7 @@ def eval_source(run: LoadedRun, data: DataChoice, request: EvalRequest) -> EvalS
     return EvalSource(
         str(run.run_dir), data.name, data.split, data.src_lang, data.tgt_lang, request.limit,
         str(run.device), precision_name(run.device, run.dtype), torch.get_num_threads(),
+        engine=request.engine,
     )  # fmt: skip
 
 
@@ -175,18 +194,19 @@ def score_split(
     source: EvalSource,
     log: Console,
     quiet: bool,
+    engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, Outputs]:
     """``evaluate`` on the run's device and precision, with a progress bar; ``skipped``: the
-    pairs left out as too long for the model."""
+    pairs left out as too long for the model; ``engine``: what runs the searches."""
     outputs: list[Outputs] = []
     with make_progress("eval", log, disable=quiet) as bar:
         total = len(split.src) * (3 if request.config.search.beam > 1 else 2)
         task = bar.add_task("eval", total=total, info="")
         with inference(run.device, run.dtype):
             report, _ = evaluate(
-                run.model, run.tokenizer, split, request.config, source, skipped,
+                run.model, run.tgt_tokenizer, split, request.config, source, skipped,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
-                on_outputs=outputs.append, compile=run.compile,
+                on_outputs=outputs.append, compile=run.compile, engine=engine,
             )  # fmt: skip
     return report, outputs[0]
 
@@ -204,7 +224,7 @@ def with_ensemble(
     shared_tokenizer([run, *loaded])
     models = [run.model, *(o.model for o in loaded)]
     with inference(run.device, run.dtype):
-        scores = ensemble_scores(models, run.tokenizer, split, request.config, run.compile)
+        scores = ensemble_scores(models, run.tgt_tokenizer, split, request.config, run.compile)
     names = [str(r.run_dir) for r in (run, *loaded)]
     return dataclasses.replace(report, ensemble=dataclasses.replace(scores, runs=names))
 

@@ -11,6 +11,7 @@ its result, is ``eval_run.py``'s.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -30,7 +31,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import UNK_ID, decode
 from tformer_cli.decode.search import Models
-from tformer_cli.decode.translate import Batching, describe, translate_sources
+from tformer_cli.decode.translate import Batching, SourcesEngine, describe, translate_sources
 from tformer_cli.device import autocast
 from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
@@ -128,6 +129,7 @@ class EvalSource:
     precision: str | None = None  # in effect: fp32, tf32 or bf16 autocast (precision_name)
     threads: int | None = None  # torch CPU threads
     version: str = __version__
+    engine: str = "torch"  # what ran the searches; the teacher-forced passes run on torch
 
 
 @dataclass(frozen=True)
@@ -256,12 +258,15 @@ def search_pass(
     cfg: EvalConfig,
     compile: str,
     on_batch: Callable[[int], None] | None = None,
+    engine: SourcesEngine | None = None,
 ) -> tuple[Search, list[str]]:
-    """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts."""
+    """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts
+    (``tokenizer``: the target side's); ``engine``: what searches (default: ``models``)."""
     begin = time.perf_counter()
-    out = translate_sources(
-        models, tokenizer, data.src, dataclasses.replace(dc, nbest=1), Batching(cfg.max_tokens),
-        on_batch=on_batch, compile=compile,
+    translate = engine or functools.partial(translate_sources, models, compile=compile)
+    out = translate(
+        tokenizer, data.src, dataclasses.replace(dc, nbest=1), Batching(cfg.max_tokens),
+        on_batch=on_batch, first=1,
     )  # fmt: skip
     tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>
     texts = [t[0] for t, _ in out]
@@ -302,9 +307,13 @@ def evaluate(
     on_progress: Progress | None = None,
     on_outputs: Callable[[Outputs], None] | None = None,
     compile: str = "auto",
+    engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, list[str]]:
     """Every metric of the report, and the hypotheses (beam if ``cfg.search.beam > 1``, else
-    greedy); ``on_outputs`` receives both searches' outputs.
+    greedy); ``on_outputs`` receives both searches' outputs. ``tokenizer`` is the target
+    side's: it detokenizes the searches' and the teacher-forced outputs. ``engine``: what runs
+    the two searches (default: ``model``, with tformer's search); the teacher-forced passes
+    always run ``model``.
 
     Two searches, then four teacher-forced passes: clean (section 1, the TF-argmax sequences of
     section 3 and the predictions ``a_t`` of sections 4-6), self-injected (section 4), and one
@@ -322,12 +331,14 @@ def evaluate(
 
     start = time.perf_counter()
     greedy, greedy_text = search_pass(
-        model, tokenizer, data, greedy_of(cfg), cfg, compile, stage("greedy")
+        model, tokenizer, data, greedy_of(cfg), cfg, compile, stage("greedy"), engine
     )
     beam, beam_text = None, None
     if cfg.search != greedy_of(cfg):  # beam, sampling or MBR besides greedy
         on_batch = stage(describe(cfg.search))
-        beam, beam_text = search_pass(model, tokenizer, data, cfg.search, cfg, compile, on_batch)
+        beam, beam_text = search_pass(
+            model, tokenizer, data, cfg.search, cfg, compile, on_batch, engine
+        )
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
@@ -389,10 +400,11 @@ def render_report(r: EvalReport) -> Group:
     search = "greedy only" if r.beam is None else f"greedy and {second or f'beam {r.beam.beam}'}"
     if r.config.search.beam > 1 and r.config.search.sampling is None:
         search += f", alpha {r.config.search.alpha}"
+    engine = f" | engine {s.engine}" if s.engine != "torch" else ""
     head = Text.assemble(
         ("tformer eval  ", "bold"),
         f"run {s.run} | data {s.data}:{s.split}{limit} | {s.device} {s.precision}{threads}"
-        f" | {search}",
+        f" | {search}{engine}",
     )
     searches = [x for x in (r.greedy, r.beam) if x is not None]
     quality = table(
@@ -406,7 +418,7 @@ def render_report(r: EvalReport) -> Group:
         ],
         f"BLEU signature: {r.greedy.bleu_signature}\nchrF signature: {r.greedy.chrf_signature}"
         "\n<unk> tokens are dropped from the text before scoring, as `tformer translate` drops"
-        " them",
+        " them" + engine_note(s.engine),
     )
     tf = table(
         "1. Teacher forcing (gold prefix)",
@@ -441,6 +453,17 @@ def render_report(r: EvalReport) -> Group:
         render_length_decay(r.length_decay),
         footer,
         *([] if r.ensemble is None else [render_ensemble(r.ensemble)]),
+    )
+
+
+def engine_note(engine: str) -> str:
+    """Where the report's numbers come from when another engine ran the searches."""
+    if engine == "torch":
+        return ""
+    return (
+        f"\nsearches run on {engine} (its beam divides by |Y|^alpha, not GNMT's"
+        " ((5+|Y|)/6)^alpha); the teacher-forced and exposure-bias sections (1, 3-6) run on"
+        " torch"
     )
 
 

@@ -12,10 +12,12 @@ import torch
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.config import TrainConfig
 from tformer_cli.data.corpus import FILES, PARALLEL_FILES, SPLITS, absolute_data
+from tformer_cli.decode.translate import ENGINES
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.stored import DTYPE_KEYS, EvalKey, file_sha256
+from tformer_cli.report.stored import DTYPE_KEYS, EvalKey
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class EvalRequest:
     parallel files, in order), the split and the first ``limit`` pairs of it, the report's
     settings, and where it runs: ``device``; ``precision`` (default: the run's training
     precision); ``threads``, torch CPU threads (0: ``$TFORMER_THREADS`` if set, else the idle
-    cores); ``compile``, how the decode step runs."""
+    cores); ``compile``, how the decode step runs; ``engine``, what runs the searches (torch, or
+    ctranslate2: the teacher-forced passes stay on torch)."""
 
     data: str | None = None
     src_lang: str | None = None
@@ -53,6 +56,7 @@ class EvalRequest:
     precision: str | None = None
     threads: int = 0
     compile: str = "auto"
+    engine: str = "torch"
 
     def check(self) -> None:
         """A one-line error for options that cannot go together, before any work."""
@@ -60,6 +64,17 @@ class EvalRequest:
             raise TformerError(f"unknown split {self.split!r}: use train, valid, test or all")
         if self.on_files and self.data is not None:
             raise TformerError("give --data or --src-file/--tgt-file, not both")
+        if self.engine not in ENGINES:
+            raise TformerError(f"unknown engine {self.engine!r}: use {' or '.join(ENGINES)}")
+
+    def check_data(self, run_dir: Path, config: RunConfig) -> None:
+        """A one-line error when the request names no data and the run has none of its own (an
+        imported model: ``train.data`` is ``none``)."""
+        if self.data is None and not self.on_files and config.imported_from is not None:
+            raise TformerError(
+                f"{run_dir} was imported from {config.imported_from} and has no data of its own:"
+                " pass --data CORPUS, or --src-file and --tgt-file"
+            )
 
     @property
     def on_files(self) -> bool:
@@ -111,4 +126,5 @@ class EvalRequest:
             "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
             device.type,
             self.config,
+            self.engine,
         )

@@ -48,9 +48,10 @@ from tformer_cli.checkpoint import RUNS_DIR, RunConfig
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
+from tformer_cli.files import file_sha256
 from tformer_cli.model import Transformer
 from tformer_cli.report.request import EvalRequest
-from tformer_cli.report.stored import StoredEval, file_sha256, stored_evals
+from tformer_cli.report.stored import StoredEval, stored_evals
 
 try:
     import fcntl

@@ -16,24 +16,11 @@ from typing import Any
 
 import torch
 
-from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.report.evaluation import EvalConfig
 
 EVALS = "evals"  # RUN/evals/<key>.json: each `tformer eval` result, with its outputs
 DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"}
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes (hex), read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for piece in iter(lambda: f.read(1 << 20), b""):
-                digest.update(piece)
-    except OSError as e:
-        raise TformerError(f"cannot read {path}: {e.strerror or e}") from None
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -55,11 +42,15 @@ class EvalKey:
     precision: str  # fp32, bf16 (the autocast dtype asked for) or int8
     device: str  # cpu, cuda or mps
     config: EvalConfig
+    engine: str = "torch"  # what ran the searches: torch, or ctranslate2
 
     @property
     def digest(self) -> str:
         """The stored result's name, ``RUN/evals/<digest>.json``."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        raw = dataclasses.asdict(self)
+        if raw["engine"] == "torch":  # a torch result keeps the key it had before engines
+            del raw["engine"]
+        text = json.dumps(raw, sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
