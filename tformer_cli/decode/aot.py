@@ -18,6 +18,8 @@ import platform
 import shutil
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,10 +27,14 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from tformer_cli.compile import cache_root
-from tformer_cli.decode.step import next_logprobs
 from tformer_cli.model import DecoderCache, Transformer
 
+Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
 FORMAT = 1  # bump when the exported step's inputs or outputs change
+# Inductor's options for the build: weights folded in as constants (freezing), and its own C++
+# matrix kernels where they beat the library's (max_autotune), the few-row GEMMs of a step
+INDUCTOR = {"freezing": True, "max_autotune": True}
+QUIET = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 
 def cxx_compiler() -> str | None:
@@ -57,7 +63,7 @@ def step_key(model: Transformer, beams: int) -> str:
     """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
     thread count, torch version and CPU flags."""
     h = hashlib.sha256()
-    meta = (FORMAT, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
+    meta = (FORMAT, INDUCTOR, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
@@ -76,13 +82,13 @@ class _Layers(tuple):
 
 
 class StepModule(nn.Module):
-    """The eager step as a module to export: tokens (R,) and the cache's tensors -> log-probs
-    (R, V); the K, V buffers and ``pos`` are written in place. ``span`` is a tensor whose only
-    use is its length, the slots attended to: a dynamic dimension."""
+    """The eager step ``eager`` of ``model`` as a module to export: tokens (R,) and the cache's
+    tensors -> log-probs (R, V); the K, V buffers and ``pos`` are written in place. ``span`` is
+    a tensor whose only use is its length, the slots attended to: a dynamic dimension."""
 
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: Transformer, eager: Eager) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.eager = model, eager  # the model's weights: the module's parameters
 
     def forward(
         self,
@@ -94,11 +100,12 @@ class StepModule(nn.Module):
         *self_kv: Tensor,
     ) -> Tensor:
         cache = DecoderCache(_Layers(self_kv), cross_kv, src_mask, pos, span.size(0))  # type: ignore[arg-type]
-        return next_logprobs(self.model.decode(tokens[:, None], None, None, cache)[:, -1])
+        return self.eager(tokens, cache, None)
 
 
-def export_step(model: Transformer, beams: int) -> torch.export.ExportedProgram:
-    """``StepModule(model)`` exported for ``beams`` rows per sentence, every length dynamic."""
+def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.ExportedProgram:
+    """``StepModule(model, eager)`` exported for ``beams`` rows per sentence, every length
+    dynamic."""
     sentences, n = Dim("sentences"), model.cfg.max_positions
     rows = sentences if beams == 1 else beams * sentences
     S, T, span = Dim("S", max=n), Dim("T", max=n), Dim("span", max=n)
@@ -123,18 +130,19 @@ def export_step(model: Transformer, beams: int) -> torch.export.ExportedProgram:
         tuple({1: rows, 3: T} for _ in model.decoder),  # *self_kv, one input a layer
     )
     with torch.no_grad():
-        return torch.export.export(StepModule(model).eval(), args, dynamic_shapes=dims)
+        return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
 
 
-def build(model: Transformer, beams: int, path: Path) -> None:
+def build(model: Transformer, eager: Eager, beams: int, path: Path) -> None:
     """Export and compile the step into ``path`` (written whole or not at all)."""
-    program = export_step(model, beams)
+    program = export_step(model, eager, beams)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Inductor's own deprecation notices
         built = torch._inductor.aoti_compile_and_package(
             program,
             package_path=str(Path(tmp) / path.name),
-            inductor_configs={"freezing": True},
+            inductor_configs={**INDUCTOR, **QUIET},
         )
         os.replace(built, path)
 
@@ -163,14 +171,15 @@ def artifact(model: Transformer, beams: int) -> Path:
 
 
 def load(
-    path: Path, model: Transformer, beams: int, build_missing: bool
+    path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool
 ) -> tuple[AotStep | None, float]:
-    """The step kept at ``path`` (``artifact``), built first from ``model`` for ``beams`` if
-    missing and ``build_missing`` (else None); and the seconds building took (0 if kept)."""
+    """The step kept at ``path`` (``artifact``), built first from ``model``'s ``eager`` step for
+    ``beams`` if missing and ``build_missing`` (else None); and the seconds building took (0 if
+    kept)."""
     if not path.exists():
         if not build_missing:
             return None, 0.0
         start = time.perf_counter()
-        build(model, beams, path)
+        build(model, eager, beams, path)
         return AotStep(path), time.perf_counter() - start
     return AotStep(path), 0.0

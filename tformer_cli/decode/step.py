@@ -26,17 +26,14 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from tformer_cli.compile import Compiled, wanted
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
+from tformer_cli.decode import aot
 from tformer_cli.model import DecoderCache, Transformer
-
-if TYPE_CHECKING:
-    from tformer_cli.decode.aot import AotStep
 
 # Seconds of eager decoding after which ``auto`` builds the compiled CPU step: about a build's
 # time, so that a job pays at most twice what the better choice would have cost.
@@ -101,8 +98,8 @@ class DecodeStep:
         self.graphs = uses_cuda_graphs(device, compile)
         self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
         self.cpu_mode = compile if device.type == "cpu" and wanted(compile, auto=True) else None
-        self.aot: dict[int, AotStep | None] = {}  # by beams: the compiled CPU step, None: eager
-        self.compiled_now: AotStep | None = None  # the one the current cache runs on
+        self.aot: dict[int, aot.AotStep | None] = {}  # by beams: the compiled CPU step, None: eager
+        self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
         self.artifacts: dict[int, Path] = {}  # by beams: where its compiled step is kept
         compiled = device.type not in ("cpu", "cuda") and wanted(compile, auto=False)
@@ -174,18 +171,14 @@ class DecodeStep:
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
 
-    def cpu_step(self, beams: int) -> AotStep | None:
+    def cpu_step(self, beams: int) -> aot.AotStep | None:
         """The compiled CPU step for ``beams`` rows per sentence: kept in memory or on disk, or
         built now (``on``, or ``auto`` past ``BUILD_AFTER``); None to run eagerly."""
-        from tformer_cli.decode import aot
-
         if beams in self.aot:
             return self.aot[beams]
         if not aot.supported(self.model):
             if self.cpu_mode == "on":
-                self.on_notice(
-                    "the compiled CPU decode step takes fp32 weights; running it eagerly"
-                )
+                self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
             self.aot[beams] = None
             return None
         build = self.cpu_mode == "on" or self.eager_seconds >= BUILD_AFTER
@@ -195,7 +188,7 @@ class DecodeStep:
             return None
         try:
             path = self.artifacts.setdefault(beams, aot.artifact(self.model, beams))
-            step, seconds = aot.load(path, self.model, beams, build)
+            step, seconds = aot.load(path, self.model, self.eager, beams, build)
         except Exception as e:  # export or Inductor errors: the eager step still works
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
