@@ -1,20 +1,25 @@
 """Decoding throughput: tokens/s and sentences/s, measured side by side in one run.
 
 Greedy and beam 5 at batch 1 (several sentences, one at a time) and batch 32, for each
-precision (fp32; int8 on CPU; bf16 where the device computes it fast): our search; the
-"floor", the same weights through the bare static-shape step (argmax only, no search
-bookkeeping, beam's rows without reordering), so the search's overhead is a number; our search
-without the KV cache (fp32); Hugging Face ``generate()`` on a ``MarianMTModel`` of equal
-dimensions as shipped, and at its best (static cache and a compiled forward, where that
+precision (fp32; int8 on CPU; bf16 where the device computes it fast): our search, for each
+``--compile`` mode (on the CPU ``on``, the step compiled ahead of time, fp32 only, and ``off``,
+the eager step); the "floor", the same weights through the bare static-shape step (argmax only,
+no search bookkeeping, beam's rows without reordering), so the search's overhead is a number;
+our search without the KV cache (fp32); Hugging Face ``generate()`` on a ``MarianMTModel`` of
+equal dimensions as shipped, and at its best (static cache and a compiled forward, where that
 works); and CTranslate2 (that model converted, CPU) when the ``bench`` extra is installed.
 Every system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until
 then (our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
 ``min_decoding_length``), so all do the same work on random weights. int8 is the same
 quantization (``tformer_cli.model.quantize``) of the Linear layers for us and for HF, and
 CTranslate2's own int8. CTranslate2 runs in a worker process of its own (its OpenMP runtime
-slows torch's down when both live in one process). Rounds are interleaved, the order of
-systems rotated; each figure is the median over rounds. Multi-threaded timings collapse when
-other jobs share the cores: the header says how busy they were.
+slows torch's down when both live in one process), started for its precision's measurements
+and closed before the next precision's, so that no idle worker's threads spin beside the one
+measured; its default backend unless ``--ct2-env`` (e.g. ``CT2_USE_MKL=1``,
+``CT2_FORCE_CPU_ISA=AVX512``). Precisions are measured one after the other; within one, rounds
+are interleaved, the order of systems rotated; each figure is the median over rounds.
+Multi-threaded timings collapse when other jobs share the cores: the header says how busy they
+were. The compiled CPU step is built at the warm-up if not kept yet (``~/.cache/tformer/steps``).
 
     python benchmarks/bench_decode.py                  # full table, CPU, several minutes
     python benchmarks/bench_decode.py --device cuda    # on a GPU: CUDA graphs, fp32 and bf16
@@ -70,6 +75,7 @@ class System:
     name: str
     run: Run
     greedy_only: bool = False  # skip beam settings (the uncached path)
+    worker: Worker | None = None  # a process of its own, open only while its precision runs
 
 
 def busy_cores(seconds: float = 0.5) -> float:
@@ -182,9 +188,8 @@ def hf_best(model: Any, src: Tensor, mode: str) -> Run | str:
     return run
 
 
-def ctranslate2_run(model: Any, threads: int, workdir: str, compute_type: str) -> Run | str:
-    """CTranslate2 on the converted Marian model (``compute_type``: float32, int8...), or the
-    reason it cannot be measured."""
+def ctranslate2_model(model: Any, workdir: str) -> tuple[str, list[str]] | str:
+    """The converted Marian model's folder and its vocabulary, or why CTranslate2 cannot run."""
     try:
         from ctranslate2.converters import Converter
         from ctranslate2.converters.transformers import BartLoader, MarianMTLoader
@@ -211,33 +216,58 @@ def ctranslate2_run(model: Any, threads: int, workdir: str, compute_type: str) -
             return Loader()(model, Tokenizer())
 
     try:
-        path = InMemory().convert(os.path.join(workdir, "ct2"))
+        return InMemory().convert(os.path.join(workdir, "ct2")), vocab
     except Exception as e:  # any converter failure is the reason to report
         return f"conversion failed ({type(e).__name__}: {e})"
-    ctx = multiprocessing.get_context("spawn")
-    conn, child_conn = ctx.Pipe()
-    worker = ctx.Process(
-        target=ctranslate2_worker, args=(path, threads, compute_type, child_conn), daemon=True
-    )
-    worker.start()  # a daemon: it ends with the benchmark
-    ready = conn.recv()  # "ready" once the model is loaded, else why not
-    if ready != "ready":
-        return f"the worker could not load it ({ready})"
-
-    def run(src: Tensor, beam: int, length: int) -> list[int]:
-        conn.send(([[vocab[i] for i in row if i != PAD_ID] for row in src.tolist()], beam, length))
-        return conn.recv()
-
-    return run
 
 
-def ctranslate2_worker(path: str, threads: int, compute_type: str, conn: Connection) -> None:
-    """Serve ``translate_batch`` calls from a process of its own.
+class Worker:
+    """CTranslate2 (``compute_type``: float32, int8...) serving ``translate_batch`` from a
+    process of its own, started by ``open`` and ended by ``close``; called as a ``Run``."""
+
+    def __init__(
+        self, path: str, vocab: list[str], threads: int, compute_type: str, env: dict[str, str]
+    ) -> None:
+        self.args, self.vocab, self.env = (path, threads, compute_type), vocab, env
+        self.conn: Connection | None = None
+        self.process: multiprocessing.process.BaseProcess | None = None
+
+    def open(self) -> str | None:
+        """Start the worker; None once it has loaded the model, else why not."""
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child_conn = ctx.Pipe()
+        self.process = ctx.Process(
+            target=ctranslate2_worker, args=(*self.args, self.env, child_conn), daemon=True
+        )
+        self.process.start()  # a daemon: it ends with the benchmark at the latest
+        ready = self.conn.recv()  # "ready" once the model is loaded, else why not
+        return None if ready == "ready" else f"the worker could not load it ({ready})"
+
+    def close(self) -> None:
+        """End the worker: it returns when its pipe closes."""
+        if self.conn is not None and self.process is not None:
+            self.conn.close()
+            self.process.join(timeout=10)
+            self.conn = self.process = None
+
+    def __call__(self, src: Tensor, beam: int, length: int) -> list[int]:
+        assert self.conn is not None, "the CTranslate2 worker is not open"
+        tokens = [[self.vocab[i] for i in row if i != PAD_ID] for row in src.tolist()]
+        self.conn.send((tokens, beam, length))
+        return self.conn.recv()
+
+
+def ctranslate2_worker(
+    path: str, threads: int, compute_type: str, env: dict[str, str], conn: Connection
+) -> None:
+    """Serve ``translate_batch`` calls from a process of its own (``env``: CTranslate2's
+    settings, set before it loads).
 
     CTranslate2 bundles its own OpenMP runtime; once it has run in the benchmark's process,
     torch's 2-thread ops there were up to 3x slower (measured), so it runs apart. The pipe
     round trip it adds to each timed call is well under a millisecond.
     """
+    os.environ.update(env)
     try:
         import ctranslate2
 
@@ -251,7 +281,7 @@ def ctranslate2_worker(path: str, threads: int, compute_type: str, conn: Connect
     while True:
         try:
             tokens, beam, length = conn.recv()
-        except EOFError:  # the benchmark has ended
+        except (EOFError, OSError):  # closed: this precision is measured, or the benchmark ended
             return
         results = translator.translate_batch(
             tokens, beam_size=beam, max_batch_size=0, max_decoding_length=length,
@@ -302,6 +332,16 @@ def precisions(args: argparse.Namespace, cfg: ModelConfig, device: torch.device)
     return ["fp32", *(["int8"] if device.type == "cpu" else []), *(["bf16"] if fast_bf16 else [])]
 
 
+def compile_modes(args: argparse.Namespace, device: torch.device, precision: str) -> list[str]:
+    """Our step's ``--compile`` modes to measure: by default ``on`` (compiled ahead of time,
+    fp32 only) and ``off`` (eager) on the CPU, ``auto`` (CUDA graphs) on a GPU."""
+    default = "on,off" if device.type == "cpu" else "auto"
+    modes = (args.compile or default).split(",")
+    if device.type == "cpu" and precision != "fp32":  # the compiled CPU step takes fp32 weights
+        modes = [m for m in modes if m == "off"] or ["off"]
+    return modes
+
+
 def build(
     args: argparse.Namespace, cfg: ModelConfig, device: torch.device, threads: int, workdir: str
 ) -> tuple[list[Precision], list[str], list[str]]:
@@ -314,10 +354,10 @@ def build(
         weights = {"bf16": torch.bfloat16, "int8": torch.qint8}.get(name)
         model = for_inference(model.to(device), device, weights)  # as `tformer translate` runs
         dtype = torch.bfloat16 if name == "bf16" else None  # autocast
-        systems = [
-            System("tformer", tformer_run(model, True, args.compile, dtype)),
-            System("tformer floor (bare step)", floor_run(model, args.compile, dtype)),
-        ]
+        systems = []
+        for mode in compile_modes(args, device, name):
+            systems.append(System(f"tformer, {mode}", tformer_run(model, True, mode, dtype)))
+            systems.append(System(f"floor, {mode}", floor_run(model, mode, dtype)))
         if name == "fp32" and not args.no_cache_row:
             systems.append(
                 System("tformer, no cache", tformer_run(model, False, "off", dtype), True)
@@ -326,13 +366,13 @@ def build(
         if hf is None and not (args.no_hf and args.no_ct2):
             notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
         if hf is not None and not args.no_ct2 and device.type == "cpu" and name != "bf16":
-            ct2 = ctranslate2_run(
-                hf, threads, os.path.join(workdir, name), {"fp32": "float32"}.get(name, name)
-            )
-            if isinstance(ct2, str):
-                notes.append(f"CTranslate2 {name}: not measured ({ct2})")
+            converted = ctranslate2_model(hf, os.path.join(workdir, name))
+            if isinstance(converted, str):
+                notes.append(f"CTranslate2 {name}: not measured ({converted})")
             else:
-                systems.append(System("CTranslate2", ct2))
+                env = dict(kv.split("=", 1) for kv in args.ct2_env)
+                worker = Worker(*converted, threads, {"fp32": "float32"}.get(name, name), env)
+                systems.append(System("CTranslate2", worker, worker=worker))
         if hf is not None and not args.no_hf:
             if name == "int8":
                 hf = quantize_int8(hf)
@@ -367,7 +407,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precisions", default="", help="e.g. fp32,int8,bf16 (default: by device)")
-    parser.add_argument("--compile", default="auto", help="our step: auto, on or off")
+    parser.add_argument(
+        "--compile", default="", help="our step's modes, e.g. on,off (default: on,off on CPU)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="0: every core (tformer_cli.setup)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate()")
     parser.add_argument("--no-hf-best", action="store_true", help="skip HF's static+compiled row")
@@ -375,6 +417,10 @@ def main() -> None:
         "--hf-compile-mode", default="reduce-overhead", help="torch.compile mode of HF's best row"
     )
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument(
+        "--ct2-env", action="append", default=[], metavar="KEY=VALUE",
+        help="CTranslate2 setting, e.g. CT2_USE_MKL=1 or CT2_FORCE_CPU_ISA=AVX512 (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--no-cache-row", action="store_true", help="skip our uncached search")
     parser.add_argument("--json", metavar="FILE", help="write every figure to FILE")
     parser.add_argument(
@@ -396,6 +442,8 @@ def main() -> None:
     )  # fmt: skip
     workdir = tempfile.TemporaryDirectory()
     variants, versions, notes = build(args, cfg, device, threads, workdir.name)
+    if args.ct2_env:
+        notes.append("CTranslate2 settings: " + " ".join(args.ct2_env))
 
     sources = random_sources(max(args.batch, args.sentences), args.vocab, seed=0)
     settings = [Setting(b, n) for b in (1, args.beam) for n in (1, args.batch)]
@@ -410,26 +458,9 @@ def main() -> None:
         (p, s, m) for p in variants for s in settings for m in p.systems
         if s.beam == 1 or not m.greedy_only
     ]  # fmt: skip
-    for p, s, m in list(jobs):  # warm-up: every batch shape once (graphs, compiles)
-        try:
-            m.run(work[s][0], s.beam, 4)
-            m.run(work[s][0], s.beam, args.length)
-        except Exception as e:  # a peer's path that breaks on some shape: say so, go on
-            notes.append(f"{m.name}, {p.name}, {s.label}: not measured ({type(e).__name__})")
-            jobs.remove((p, s, m))
     seconds: dict[tuple[str, Setting, str], list[float]] = {}
-    for r in range(args.rounds):
-        for p in variants:
-            for s in settings:
-                here = [m for q, t, m in jobs if q is p and t == s]
-                for m in here[r % len(here) :] + here[: r % len(here)]:  # rotate the order
-                    t = time.perf_counter()
-                    lengths = [n for src in work[s] for n in m.run(src, s.beam, args.length)]
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                    seconds.setdefault((p.name, s, m.name), []).append(time.perf_counter() - t)
-                    if lengths != [args.length] * n_sent[s]:
-                        raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
+    for p in variants:  # one precision at a time: its CTranslate2 worker alone is alive
+        measure(p, [(s, m) for q, s, m in jobs if q is p], work, args, notes, seconds)
 
     seconds_all, busy_after = time.perf_counter() - started, busy_cores()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -440,7 +471,7 @@ def main() -> None:
         ", ".join(versions) + f"; {time.strftime('%Y-%m-%d')}",
         f"model {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d={cfg.d_model}, h={cfg.h},"
         f" FFN {cfg.d_ff}, vocab {cfg.vocab_size}, random weights; sources 16-24 tokens + </s>;"
-        f" our step: --compile {args.compile}",
+        " our step: --compile on = compiled ahead of time (AOTInductor), off = eager",
         f"{args.length} tokens generated per sentence by every system; batch 1:"
         f" {args.sentences} sentences one at a time; rounds: {args.rounds} (median)",
         *notes,
@@ -448,29 +479,30 @@ def main() -> None:
     for line in header:
         print(f"# {line}")
     print()
-    print("| precision | setting | system | tok/s | vs HF generate | vs floor |")
-    print("|---|---|---|---:|---:|---:|")
+    print("| precision | setting | system | tok/s | vs CTranslate2 | vs HF generate | vs floor |")
+    print("|---|---|---|---:|---:|---:|---:|")
     median = {key: statistics.median(v) for key, v in seconds.items()}
     rows = []
     for p in variants:
         for s in settings:
             hf_t = median.get((p.name, s, "HF generate()"))
-            floor_t = median.get((p.name, s, "tformer floor (bare step)"))
+            ct2_t = median.get((p.name, s, "CTranslate2"))
             for m in p.systems:
                 if (p.name, s, m.name) not in median:
                     continue
                 t = median[(p.name, s, m.name)]
+                floor_t = median.get((p.name, s, m.name.replace("tformer, ", "floor, ")))
                 row = {
                     "precision": p.name, "setting": s.label, "beam": s.beam, "batch": s.batch,
                     "system": m.name, "tok_per_s": n_sent[s] * args.length / t,
                     "sent_per_s": n_sent[s] / t, "vs_hf": hf_t / t if hf_t else None,
-                    "vs_floor": floor_t / t if floor_t else None,
+                    "vs_ct2": ct2_t / t if ct2_t else None,
+                    "vs_floor": floor_t / t if floor_t and m.name.startswith("tformer,") else None,
                 }  # fmt: skip
                 rows.append(row)
-                vs_hf = f"{row['vs_hf']:.2f}x" if hf_t else "-"
-                vs_floor = f"{row['vs_floor']:.2f}" if m.name.startswith("tformer") else "-"
-                print(f"| {p.name} | {s.label} | {m.name} | {row['tok_per_s']:,.0f} | {vs_hf}"
-                      f" | {vs_floor} |")  # fmt: skip
+                vs = [f"{row[k]:.2f}x" if row[k] else "-" for k in ("vs_ct2", "vs_hf", "vs_floor")]
+                print(f"| {p.name} | {s.label} | {m.name} | {row['tok_per_s']:,.0f} | "
+                      + " | ".join(vs) + " |")  # fmt: skip
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"header": header, "rows": rows}, f, indent=1)
@@ -478,6 +510,43 @@ def main() -> None:
         print_profile(variants[0].systems, work, settings, args.length)
     print(f"\n# {seconds_all:.0f} s in all")
     workdir.cleanup()
+
+
+def measure(
+    p: Precision,
+    jobs: list[tuple[Setting, System]],
+    work: dict[Setting, list[Tensor]],
+    args: argparse.Namespace,
+    notes: list[str],
+    seconds: dict[tuple[str, Setting, str], list[float]],
+) -> None:
+    """Time ``jobs`` of precision ``p`` into ``seconds``: its workers opened, a warm-up of every
+    batch shape (graphs, compiles, builds), interleaved rounds, its workers closed."""
+    for m in {m.name: m for _, m in jobs if m.worker}.values():
+        if (why := m.worker.open()) is not None:
+            notes.append(f"{m.name} {p.name}: not measured ({why})")
+            jobs = [(s, n) for s, n in jobs if n is not m]
+    for s, m in list(jobs):
+        try:
+            m.run(work[s][0], s.beam, 4)
+            m.run(work[s][0], s.beam, args.length)
+        except Exception as e:  # a peer's path that breaks on some shape: say so, go on
+            notes.append(f"{m.name}, {p.name}, {s.label}: not measured ({type(e).__name__})")
+            jobs.remove((s, m))
+    n_sent = {s: sum(b.size(0) for b in work[s]) for s in work}
+    for r in range(args.rounds):
+        for s in work:
+            here = [m for t, m in jobs if t == s]
+            for m in here[r % len(here) :] + here[: r % len(here)] if here else []:
+                t = time.perf_counter()
+                lengths = [n for src in work[s] for n in m.run(src, s.beam, args.length)]
+                if work[s][0].device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds.setdefault((p.name, s, m.name), []).append(time.perf_counter() - t)
+                if lengths != [args.length] * n_sent[s]:
+                    raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
+    for m in {m.name: m for _, m in jobs if m.worker}.values():
+        m.worker.close()
 
 
 def print_profile(
@@ -489,7 +558,7 @@ def print_profile(
     print("|---|---|---:|---:|---:|---:|")
     for s in (s for s in settings if s.beam == 1):
         for m in systems:
-            if m.name in ("tformer", "HF generate()"):
+            if m.name.startswith("tformer,") or m.name == "HF generate()":
                 wall, kernels, ops = step_profile(m.run, work[s][0], length)
                 rest = max(0.0, wall - kernels - ops)
                 print(f"| {s.label} | {m.name} | {wall:.2f} | {kernels:.2f} | {ops:.2f}"

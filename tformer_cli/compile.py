@@ -5,7 +5,8 @@ caller, who knows where compiling measured faster (per device, precision and amo
 A compiled function falls back to eager, with a one-line notice, when compiling fails; the
 first call's compile time is reported (on stderr unless the caller takes the notices).
 Inductor's on-disk cache lives under ``~/.cache/tformer/inductor`` (or
-``$TORCHINDUCTOR_CACHE_DIR``) once ``device.setup()`` ran, so a second run reuses it.
+``$TORCHINDUCTOR_CACHE_DIR``) once ``device.setup()`` ran, so a second run reuses it; the
+compiled CPU decode steps under ``~/.cache/tformer/steps`` (``cache_root``).
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ def wanted(mode: str, auto: bool) -> bool:
     return {"on": True, "off": False}.get(check_mode(mode), auto)
 
 
+def cache_root() -> Path:
+    """The folder of what compiling leaves for later runs: ``$XDG_CACHE_HOME/tformer``, by
+    default ``~/.cache/tformer``. Deleting it costs only a rebuild."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tformer"
+
+
 def keep_inductor_cache() -> None:
     """Point Inductor's on-disk cache at a folder that survives reboots (unless already set)."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tformer"
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default / "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
 
 
 class Compiled(Generic[R]):

@@ -40,3 +40,10 @@ def trained_model() -> Transformer:
         loss.backward()
         opt.step()
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def step_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One ``XDG_CACHE_HOME`` for the compiled CPU steps of the whole session: the trained model
+    is the same in every module (seeded), so its step is built once and then loaded."""
+    return str(tmp_path_factory.mktemp("xdg"))

@@ -1,5 +1,6 @@
 """The static-shape decode step: which way it runs (eager, compiled, CUDA graphs), and that
-every way gives the eager search's tokens and scores; buckets; int8 weights."""
+every way gives the eager search's tokens and scores (the CPU's compiled step: test_aot.py);
+buckets; int8 weights."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import weakref
 import pytest
 import torch
 
-from tformer_cli.compile import Compiled
+from tformer_cli.compile import MODES
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
@@ -43,12 +44,11 @@ def test_buckets_round_rows_up_to_powers_of_two_only_where_shapes_cost():
     assert Buckets(rows=True).sentences(7) == 8
 
 
-def test_auto_is_eager_on_cpu_and_on_compiles(tiny_model):
+def test_on_the_cpu_auto_and_on_may_compile_ahead_of_time_and_off_is_eager(tiny_model):
     model = tiny_model(seed=1).eval()
-    auto = DecodeStep(model, "auto")
-    assert auto.fn == auto.eager
-    assert isinstance(DecodeStep(model, "on").fn, Compiled)
-    assert DecodeStep(model, "on").buckets == GRAPHS and DecodeStep(model, "off").buckets == EAGER
+    steps = [DecodeStep(model, mode) for mode in MODES]
+    assert [step.cpu_mode for step in steps] == [mode if mode != "off" else None for mode in MODES]
+    assert all(step.fn == step.eager and step.buckets == EAGER for step in steps)  # no graphs
     with pytest.raises(TformerError, match="unknown --compile"):
         DecodeStep(model, "sometimes")
 
@@ -85,36 +85,7 @@ def test_bucketed_rows_and_lengths_give_the_exact_sizes_results(tiny_model, beam
 
 def bucketed_init(self, model, compile="auto", on_notice=None):  # eager, with GRAPHS' buckets
     self.model, self.graphs, self.buckets = model, False, GRAPHS
-    self.fn = self.eager
-
-
-@pytest.mark.slow
-def test_compiled_step_gives_the_eager_tokens_and_scores(tiny_model):
-    """One torch.compile graph (one sentence, one bucket), as ``--compile on`` runs on CPU."""
-    model = tiny_model(seed=5).eval()
-    src = sources(1, model.cfg.vocab_size, seed=6)
-    cfg = DecodeConfig(max_len_a=0, max_len_b=12)
-    eager = search(model, src, cfg, compile="off")
-    compiled = search(model, src, cfg, compile="on")
-    assert DecodeStep.of(model, "on").fn.seconds is not None  # it did compile, not fall back
-    assert_same_search(eager, compiled)
-
-
-def test_a_step_that_fails_to_compile_runs_eagerly_with_a_notice(tiny_model, monkeypatch):
-    model = tiny_model(seed=7).eval()
-    notices = []
-    step = DecodeStep(model, "on", on_notice=notices.append)
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("backend exploded\nmore lines")
-
-    step.fn.compiled = broken
-    src = sources(2, model.cfg.vocab_size, seed=8)
-    with torch.inference_mode():
-        cache = step.start(src, 1, 5)
-        logp = step(torch.full((cache.self_kv.size(2),), 2), cache)
-    assert logp.shape == (cache.self_kv.size(2), model.cfg.vocab_size)
-    assert notices == ["compiling the decode step failed (backend exploded); running it eagerly"]
+    self.fn, self.cpu_mode, self.compiled_now = self.eager, None, None
 
 
 def test_int8_weights_translate_like_fp32_on_a_trained_model(trained_model):

@@ -4,29 +4,40 @@ token of every row, from the KV cache (DESIGN.md section 5).
 Its shapes do not change as the output grows: the step index is the cache's ``pos`` tensor, the
 self-attention buffer is attended over a ``span`` of slots with a mask of the filled ones, and
 beam search reorders the buffer in place. Rows, source length and span are rounded up to a few
-buckets (``Buckets``), so that a handful of shapes serves a whole evaluation. The same eager
-function then runs in one of three ways (``--compile``):
+buckets (``Buckets``) where each shape costs a graph. The same eager function then runs in one
+of three ways (``--compile``):
 
-- eager (CPU by default: a step there streams its weights from memory, and compiling it measured
-  slower at batch 1; see README "Speed");
-- ``torch.compile`` (``--compile on`` on CPU), one graph per bucket;
+- eager (``off``; and on the CPU, ``auto`` until the compiled step is built);
+- on the CPU, compiled ahead of time (``aot``: one shared library per model and beam size, every
+  length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one,
+  or builds it once eager decoding has taken as long as a build (so a short job never pays
+  more than twice its eager time, a long one gains). With no C++ compiler, or int8 or bf16
+  weights, the step stays eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
   which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
-  tens of seconds, so even one sentence pays for it.
+  tens of seconds, so even one sentence pays for it (other devices: ``torch.compile`` if ``on``).
 """
 
 from __future__ import annotations
 
+import sys
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from tformer_cli.compile import Compiled, wanted
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
+from tformer_cli.decode import aot
 from tformer_cli.model import DecoderCache, Transformer
+
+# Seconds of eager decoding after which ``auto`` builds the compiled CPU step: about a build's
+# time, so that a job pays at most twice what the better choice would have cost.
+BUILD_AFTER = 60.0
 
 
 def round_up(n: int, to: int) -> int:
@@ -71,8 +82,9 @@ class DecodeStep:
     """The next-token log-probabilities of every row of a cache, eager, compiled or replayed
     from a CUDA graph: ``step(tokens, cache, rows)``.
 
-    ``compile``: ``auto`` (CUDA graphs on CUDA, eager on CPU), ``on`` or ``off``. ``on_notice``
-    hears the one-line notices (compile time, a fallback to eager).
+    ``compile``: ``auto`` (CUDA graphs on CUDA; on the CPU the compiled step once kept or
+    worth building), ``on`` or ``off``. ``on_notice`` hears the one-line notices (compile time,
+    a fallback to eager; stderr by default).
     """
 
     def __init__(
@@ -82,10 +94,17 @@ class DecodeStep:
         on_notice: Callable[[str], None] | None = None,
     ) -> None:
         self.model_ref = weakref.ref(model)  # kept by _STEPS under the model: no cycle to it
-        self.graphs = uses_cuda_graphs(next(model.parameters()).device, compile)
-        compiled = not self.graphs and wanted(compile, auto=False)
+        device = next(model.parameters()).device
+        self.graphs = uses_cuda_graphs(device, compile)
+        self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
+        self.cpu_mode = compile if device.type == "cpu" and wanted(compile, auto=True) else None
+        self.aot: dict[int, aot.AotStep | None] = {}  # by beams: the compiled CPU step, None: eager
+        self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
+        self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
+        self.artifacts: dict[int, Path] = {}  # by beams: where its compiled step is kept
+        compiled = device.type not in ("cpu", "cuda") and wanted(compile, auto=False)
         self.fn = (
-            Compiled(self.eager, "decode step", on_notice, dynamic=False)
+            Compiled(self.eager, "decode step", self.on_notice, dynamic=False)
             if compiled
             else self.eager
         )
@@ -117,6 +136,15 @@ class DecodeStep:
         return next_logprobs(self.model.decode(tokens[:, None], None, None, cache)[:, -1])
 
     def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
+        if self.compiled_now is not None:
+            if rows is not None:
+                cache.reorder(rows)
+            return self.compiled_now(tokens, cache)
+        if self.cpu_mode == "auto":
+            start = time.perf_counter()
+            out = self.fn(tokens, cache, rows)
+            self.eager_seconds += time.perf_counter() - start
+            return out
         if not self.graphs:
             return self.fn(tokens, cache, rows)
         key = (*cache.self_kv.shape, *cache.cross_kv.shape, cache.span, rows is not None)
@@ -138,9 +166,39 @@ class DecodeStep:
         cache = self.model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
         if self.graphs:
             return self.pooled(cache)
-        if beams > 1 and self.fn == self.eager:  # eager beam search: reorder by swapping
+        self.compiled_now = self.cpu_step(beams) if self.cpu_mode else None
+        if beams > 1 and self.fn == self.eager:  # eager or CPU-compiled beams: reorder by swapping
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
+
+    def cpu_step(self, beams: int) -> aot.AotStep | None:
+        """The compiled CPU step for ``beams`` rows per sentence: kept in memory or on disk, or
+        built now (``on``, or ``auto`` past ``BUILD_AFTER``); None to run eagerly."""
+        if beams in self.aot:
+            return self.aot[beams]
+        if not aot.supported(self.model):
+            if self.cpu_mode == "on":
+                self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
+            self.aot[beams] = None
+            return None
+        build = self.cpu_mode == "on" or self.eager_seconds >= BUILD_AFTER
+        if build and aot.cxx_compiler() is None:
+            self.on_notice("no C++ compiler found (g++ or $CXX): the decode step runs eagerly")
+            self.aot[beams] = None
+            return None
+        try:
+            path = self.artifacts.setdefault(beams, aot.artifact(self.model, beams))
+            step, seconds = aot.load(path, self.model, self.eager, beams, build)
+        except Exception as e:  # export or Inductor errors: the eager step still works
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
+            self.aot[beams] = None
+            return None
+        if seconds:
+            self.on_notice(f"compiled the decode step (beams {beams}) in {seconds:.1f} s")
+        if step is not None:  # else: not kept yet and not worth building yet
+            self.aot[beams] = step
+        return step
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` (into B) and ``sentences`` (into B'), fewer than it holds:

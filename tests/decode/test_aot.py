@@ -1,0 +1,155 @@
+"""The decode step compiled ahead of time for the CPU: the eager step's tokens and scores, one
+build per model and beam size kept on disk under a key of what it was built from."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+import torch
+
+from tests.decode.test_step import assert_same_search, sources
+from tformer_cli.config import DecodeConfig
+from tformer_cli.decode import aot
+from tformer_cli.decode.search import search
+from tformer_cli.decode.step import BUILD_AFTER, DecodeStep
+
+needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
+
+
+@pytest.fixture
+def kept(step_cache, monkeypatch):
+    """The session's cache folder, where the trained model's greedy step is built once."""
+    monkeypatch.setenv("XDG_CACHE_HOME", step_cache)
+    return step_cache
+
+
+@needs_cxx
+def test_compiled_step_gives_the_eager_tokens_and_scores(trained_model, kept):
+    """Greedy over sentences that finish at different steps (rows leave the batch): one
+    library serves every row count, source length and span; log-probs within 1e-5."""
+    src = sources(7, trained_model.cfg.vocab_size, seed=21)
+    cfg = DecodeConfig(max_len_a=0, max_len_b=12)
+    eager = search(trained_model, src, cfg, compile="off")
+    compiled = search(trained_model, src, cfg, compile="on")
+    assert DecodeStep.of(trained_model, "on").compiled_now is not None  # it did not fall back
+    assert_same_search(eager, compiled, atol=1e-5)
+    assert aot.artifact(trained_model, 1).exists()
+
+
+@needs_cxx
+def test_a_kept_step_is_loaded_not_rebuilt_even_by_auto(trained_model, kept, monkeypatch):
+    search(trained_model, sources(1, 16, seed=22), DecodeConfig(), compile="on")  # kept now
+    monkeypatch.setattr(aot, "build", lambda *args: pytest.fail("rebuilt a kept step"))
+    twin = copy.deepcopy(trained_model)  # same weights: same key
+    src = sources(5, twin.cfg.vocab_size, seed=23)
+    compiled = search(twin, src, DecodeConfig(), compile="auto")
+    assert DecodeStep.of(twin, "auto").compiled_now is not None
+    assert_same_search(search(twin, src, DecodeConfig(), compile="off"), compiled, atol=1e-5)
+
+
+def test_the_key_changes_with_the_weights_beams_and_threads(trained_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = aot.artifact(trained_model, 1)
+    assert path.parent == tmp_path / "tformer" / "steps"
+    assert aot.artifact(copy.deepcopy(trained_model), 1) == path
+    changed = copy.deepcopy(trained_model)
+    with torch.no_grad():
+        changed.generator.weight[5, 3] += 1e-3  # a retrained model.pt
+    assert aot.artifact(changed, 1) != path
+    assert aot.artifact(trained_model, 2) != path
+    torch.set_num_threads(2)  # Inductor's kernels fix their thread count
+    assert aot.artifact(trained_model, 1) != path
+    assert aot.load(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
+
+
+def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
+    trained_model, step_cache, tmp_path, monkeypatch
+):
+    """``auto`` builds nothing for a short job; past ``BUILD_AFTER`` seconds of eager
+    decoding, the next batch builds (here: takes the session's kept library as its build)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = []
+
+    def build(model, eager, beams, path):
+        built.append(beams)
+        monkeypatch.setenv("XDG_CACHE_HOME", step_cache)
+        kept = aot.artifact(model, beams)
+        if not kept.exists():
+            pytest.skip("needs the session's compiled step")
+        path.parent.mkdir(parents=True)
+        shutil.copy(kept, path)
+
+    monkeypatch.setattr(aot, "build", build)
+    step = DecodeStep(trained_model, "auto")
+    src = sources(3, trained_model.cfg.vocab_size, seed=24)
+    with torch.inference_mode():
+        step.start(src, 1, 8)
+        assert step.compiled_now is None and not built
+        step.eager_seconds = BUILD_AFTER
+        step.start(src, 1, 8)
+    assert built == [1] and step.compiled_now is not None
+
+
+def test_without_a_cxx_compiler_the_step_runs_eagerly_with_a_notice(
+    trained_model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(aot, "cxx_compiler", lambda: None)
+    notices = []
+    step = DecodeStep(trained_model, "on", on_notice=notices.append)
+    src = sources(2, trained_model.cfg.vocab_size, seed=25)
+    with torch.inference_mode():
+        cache = step.start(src, 1, 5)
+        logp = step(torch.full((2,), 2), cache)
+    assert step.compiled_now is None and logp.shape == (2, trained_model.cfg.vocab_size)
+    assert notices == ["no C++ compiler found (g++ or $CXX): the decode step runs eagerly"]
+    assert not (tmp_path / "tformer").exists()
+
+
+@needs_cxx
+def test_a_step_that_fails_to_build_runs_eagerly_with_a_notice(
+    trained_model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("backend exploded\nmore lines")
+
+    monkeypatch.setattr(aot, "export_step", broken)
+    notices = []
+    step = DecodeStep(trained_model, "on", on_notice=notices.append)
+    with torch.inference_mode():
+        step.start(sources(2, trained_model.cfg.vocab_size, seed=26), 1, 5)
+    assert step.compiled_now is None
+    assert notices == ["compiling the decode step failed (backend exploded); running it eagerly"]
+
+
+def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkeypatch):
+    from tformer_cli.model.quantize import quantize_int8
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    int8 = quantize_int8(copy.deepcopy(trained_model))
+    assert aot.supported(trained_model) and not aot.supported(int8)
+    notices = []
+    step = DecodeStep(int8, "on", on_notice=notices.append)
+    with torch.inference_mode():
+        step.start(sources(2, int8.cfg.vocab_size, seed=27), 1, 5)
+    assert step.compiled_now is None
+    assert notices == ["the compiled CPU step takes fp32 weights: running it eagerly"]
+
+
+@pytest.mark.slow
+@needs_cxx
+def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, monkeypatch):
+    """Beams: a second library (beams per sentence are fixed in it), rows reordered between
+    steps, finished sentences leaving the batch. Built without ``max_autotune`` (half the build
+    time; the greedy test checks the library with it)."""
+    monkeypatch.setattr(aot, "INDUCTOR", {"freezing": True})
+    src = sources(5, trained_model.cfg.vocab_size, seed=28)
+    cfg = DecodeConfig(beam=2, nbest=2, max_len_a=0, max_len_b=12)
+    eager = search(trained_model, src, cfg, compile="off")
+    compiled = search(trained_model, src, cfg, compile="on")
+    assert DecodeStep.of(trained_model, "on").compiled_now is not None
+    assert_same_search(eager, compiled, atol=1e-5)

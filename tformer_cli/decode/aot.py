@@ -1,0 +1,185 @@
+"""The decode step compiled ahead of time for the CPU (AOTInductor): ``torch.export`` of the
+eager step, then a shared library that runs it with no Python between its kernels.
+
+One artifact serves a model for a number of beams per sentence: rows, source length, buffer
+length and the attended ``span`` are dynamic dimensions of it, so nothing is rebuilt as a
+translation grows or as finished sentences leave the batch. Artifacts are kept on disk in
+``cache_root()/steps`` (``~/.cache/tformer/steps``; ``rm -rf ~/.cache/tformer/steps`` removes
+them), named by a key of the weights' bytes, the torch version, the CPU's flags and the thread
+count (Inductor's kernels fix their thread count): new weights (a changed ``model.pt``) make a
+new key, so a stale artifact is never loaded, and only the first run of a model pays to build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.export import Dim
+
+from tformer_cli.compile import cache_root
+from tformer_cli.model import DecoderCache, Transformer
+
+Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
+FORMAT = 1  # bump when the exported step's inputs or outputs change
+# Inductor's options for the build: weights folded in as constants (freezing), and its own C++
+# matrix kernels where they beat the library's (max_autotune), the few-row GEMMs of a step
+INDUCTOR = {"freezing": True, "max_autotune": True}
+QUIET = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler Inductor would call (``$CXX`` or g++), if it is installed."""
+    return shutil.which(torch._inductor.config.cpp.cxx[-1])
+
+
+def cpu_flags() -> str:
+    """The CPU's instruction-set flags (``/proc/cpuinfo``), else its architecture's name."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line for line in f if line.startswith("flags")), platform.machine())
+    except OSError:
+        return platform.machine()
+
+
+def supported(model: Transformer) -> bool:
+    """Whether the step of ``model`` can be built: fp32 weights on the CPU and no autocast
+    (int8's packed weights and bf16 autocast run eagerly)."""
+    fp32 = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters())
+    int8 = any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
+    return fp32 and not int8 and not torch.is_autocast_enabled("cpu")
+
+
+def step_key(model: Transformer, beams: int) -> str:
+    """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
+    thread count, torch version and CPU flags."""
+    h = hashlib.sha256()
+    meta = (FORMAT, INDUCTOR, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
+    h.update(repr(meta).encode())
+    for name, t in model.state_dict().items():
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+class _Layers(tuple):
+    """The decoder layers' K, V buffers, each its own input of the exported step: a mutated
+    input must not be a view (export fixes the sizes of a mutated view), so the cache's
+    ``self_kv.unbind(0)`` gives them back as they are."""
+
+    def unbind(self, dim: int) -> tuple[Tensor, ...]:
+        assert dim == 0
+        return tuple(self)
+
+
+class StepModule(nn.Module):
+    """The eager step ``eager`` of ``model`` as a module to export: tokens (R,) and the cache's
+    tensors -> log-probs (R, V); the K, V buffers and ``pos`` are written in place. ``span`` is
+    a tensor whose only use is its length, the slots attended to: a dynamic dimension."""
+
+    def __init__(self, model: Transformer, eager: Eager) -> None:
+        super().__init__()
+        self.model, self.eager = model, eager  # the model's weights: the module's parameters
+
+    def forward(
+        self,
+        tokens: Tensor,
+        cross_kv: Tensor,
+        src_mask: Tensor,
+        pos: Tensor,
+        span: Tensor,
+        *self_kv: Tensor,
+    ) -> Tensor:
+        cache = DecoderCache(_Layers(self_kv), cross_kv, src_mask, pos, span.size(0))  # type: ignore[arg-type]
+        return self.eager(tokens, cache, None)
+
+
+def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.ExportedProgram:
+    """``StepModule(model, eager)`` exported for ``beams`` rows per sentence, every length
+    dynamic."""
+    sentences, n = Dim("sentences"), model.cfg.max_positions
+    rows = sentences if beams == 1 else beams * sentences
+    S, T, span = Dim("S", max=n), Dim("T", max=n), Dim("span", max=n)
+    with torch.no_grad():
+        src = torch.full((2, 3), 4)  # 2 sentences, 3 slots: sizes export keeps symbolic
+        memory, src_mask = model.encode(src)
+        cache = model.init_cache(memory, src_mask, 3, beams)
+    args = (
+        torch.zeros(cache.self_kv.size(2), dtype=torch.long),
+        cache.cross_kv,
+        src_mask,
+        cache.pos,
+        torch.empty(2),
+        *cache.self_kv.unbind(0),
+    )
+    dims = (
+        {0: rows},
+        {2: sentences, 4: S},
+        {0: sentences, 3: S},
+        None,
+        {0: span},
+        tuple({1: rows, 3: T} for _ in model.decoder),  # *self_kv, one input a layer
+    )
+    with torch.no_grad():
+        return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
+
+
+def build(model: Transformer, eager: Eager, beams: int, path: Path) -> None:
+    """Export and compile the step into ``path`` (written whole or not at all)."""
+    program = export_step(model, eager, beams)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Inductor's own deprecation notices
+        built = torch._inductor.aoti_compile_and_package(
+            program,
+            package_path=str(Path(tmp) / path.name),
+            inductor_configs={**INDUCTOR, **QUIET},
+        )
+        os.replace(built, path)
+
+
+class AotStep:
+    """The compiled step of one model and number of beams: ``step(tokens, cache)`` -> log-probs
+    (R, V), the cache's buffers and ``pos`` advanced in place, as the eager step does."""
+
+    def __init__(self, path: Path) -> None:
+        self.loader = torch._inductor.aoti_load_package(str(path)).loader
+        self.slots = torch.empty(0)  # sliced to the span: its length is the span
+
+    def __call__(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        if self.slots.numel() < cache.span:
+            self.slots = torch.empty(cache.self_kv.size(4))
+        span = self.slots[: cache.span]
+        # the library reads its inputs with the export's (contiguous) strides: the search's
+        # tokens are a column of its outputs; the cache's tensors are contiguous already
+        inputs = [tokens.contiguous(), cache.cross_kv, cache.src_mask, cache.pos, span]
+        return self.loader.boxed_run([*inputs, *cache.self_kv.unbind(0)])[0]
+
+
+def artifact(model: Transformer, beams: int) -> Path:
+    """Where the step of ``model`` for ``beams`` is kept."""
+    return cache_root() / "steps" / f"{step_key(model, beams)}-beams{beams}.pt2"
+
+
+def load(
+    path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool
+) -> tuple[AotStep | None, float]:
+    """The step kept at ``path`` (``artifact``), built first from ``model``'s ``eager`` step for
+    ``beams`` if missing and ``build_missing`` (else None); and the seconds building took (0 if
+    kept)."""
+    if not path.exists():
+        if not build_missing:
+            return None, 0.0
+        start = time.perf_counter()
+        build(model, eager, beams, path)
+        return AotStep(path), time.perf_counter() - start
+    return AotStep(path), 0.0
