@@ -1,7 +1,7 @@
 """One way to compile, shared by the decode step and the training step: ``--compile auto|on|off``.
 
 ``off`` runs the eager function; ``on`` compiles it with ``torch.compile``; ``auto`` asks the
-caller, who knows where compiling measured faster (per device, precision and amount of work).
+caller, who knows where compiling pays (per device, precision and amount of work).
 A compiled function falls back to eager, with a one-line notice, when compiling fails; the
 first call's compile time is reported (on stderr unless the caller takes the notices).
 Inductor's on-disk cache lives under ``~/.cache/tformer/inductor`` (or
@@ -34,7 +34,7 @@ def check_mode(mode: str) -> str:
 
 
 def wanted(mode: str, auto: bool) -> bool:
-    """Whether to compile: ``on`` yes, ``off`` no, ``auto`` what the caller measured (``auto``)."""
+    """Whether to compile: ``on`` yes, ``off`` no, ``auto`` what the caller decided (``auto``)."""
     return {"on": True, "off": False}.get(check_mode(mode), auto)
 
 

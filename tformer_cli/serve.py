@@ -303,6 +303,44 @@ def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any
     }
 
 
+async def one_line_422(request: Request, e: RequestValidationError) -> JSONResponse:
+    """A request the API's models reject, as a 422 whose detail is one line naming the field."""
+    first = e.errors()[0]
+    sent = request.headers.get("content-type", "none")
+    if first["type"] == "json_invalid":  # loc: ("body", character offset)
+        reason = first.get("ctx", {}).get("error", "")
+        detail = f"body: invalid JSON at character {first['loc'][-1]} ({reason})"
+    elif tuple(first["loc"]) == ("body",) and "json" not in sent:  # FastAPI read no JSON
+        detail = f"body: send JSON with Content-Type: application/json (not {sent})"
+    else:
+        detail = f"{field_name(tuple(first['loc']))}: {first['msg']}"
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
+    """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
+    positions = run.model.cfg.max_positions
+    lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]
+    for i, n in enumerate(lengths):
+        if n > positions:
+            where = f"{name}[{i}]" if name == "texts" else name
+            raise HTTPException(422, f"{where}: {n} tokens; this model reads at most {positions}")
+    return sum(lengths)
+
+
+async def answered(batcher: Batcher, job: Job, timeout: float) -> Any:
+    """The model thread's answer to ``job``: a 503 after ``timeout`` seconds, a 422 for an
+    error of ours."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), timeout)
+    except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+        raise HTTPException(
+            503, f"timeout: no answer within {timeout:g} s (server busy); try again"
+        ) from None
+    except TformerError as e:
+        raise HTTPException(422, str(e)) from None
+
+
 def create_app(
     run: LoadedRun,
     limits: Limits = Limits(),
@@ -314,7 +352,6 @@ def create_app(
     ``engine``: what translates (default: tformer's search); attention maps need torch's."""
     batcher = Batcher(run, max_tokens, wait_ms / 1000, engine)
     info = model_info(run, limits, max_tokens)
-    positions = run.model.cfg.max_positions
     translate_body, attention_body, trace_body = request_models(limits, run.config.train.beam_alpha)
 
     @contextlib.asynccontextmanager
@@ -331,39 +368,13 @@ def create_app(
     )
     app.state.batcher = batcher
 
-    @app.exception_handler(RequestValidationError)
-    async def one_line_422(request: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0]
-        sent = request.headers.get("content-type", "none")
-        if first["type"] == "json_invalid":  # loc: ("body", character offset)
-            reason = first.get("ctx", {}).get("error", "")
-            detail = f"body: invalid JSON at character {first['loc'][-1]} ({reason})"
-        elif tuple(first["loc"]) == ("body",) and "json" not in sent:  # FastAPI read no JSON
-            detail = f"body: send JSON with Content-Type: application/json (not {sent})"
-        else:
-            detail = f"{field_name(tuple(first['loc']))}: {first['msg']}"
-        return JSONResponse({"detail": detail}, status_code=422)
+    app.add_exception_handler(RequestValidationError, one_line_422)  # type: ignore[arg-type]
 
     def count_tokens(texts: list[str], name: str) -> int:
-        """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
-        lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]
-        for i, n in enumerate(lengths):
-            if n > positions:
-                where = f"{name}[{i}]" if name == "texts" else name
-                raise HTTPException(
-                    422, f"{where}: {n} tokens; this model reads at most {positions}"
-                )
-        return sum(lengths)
+        return source_tokens(run, texts, name)
 
     async def answer(job: Job) -> Any:
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), limits.timeout)
-        except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
-            raise HTTPException(
-                503, f"timeout: no answer within {limits.timeout:g} s (server busy); try again"
-            ) from None
-        except TformerError as e:
-            raise HTTPException(422, str(e)) from None
+        return await answered(batcher, job, limits.timeout)
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]

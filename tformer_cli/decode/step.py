@@ -1,5 +1,5 @@
 """One static-shape decoding step, the only one the searches use: log p(. | x, y_<t) for the next
-token of every row, from the KV cache (DESIGN.md section 5).
+token of every row, from the KV cache.
 
 Its shapes do not change as the output grows: the step index is the cache's ``pos`` tensor, the
 self-attention buffer is attended over a ``span`` of slots with a mask of the filled ones, and

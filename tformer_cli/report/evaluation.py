@@ -37,7 +37,9 @@ from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 from tformer_cli.report.exposure import (
     Accumulation,
+    ForcedPass,
     LengthDecay,
+    NoiseLevel,
     PrefixNoise,
     accumulation,
     fmt,
@@ -297,6 +299,25 @@ class Outputs:
     beam: list[str] | None  # None when cfg.search.beam == 1
 
 
+def teacher_forced_passes(
+    model: nn.Module, data: Split, cfg: EvalConfig
+) -> tuple[list[list[int]], ForcedPass, ForcedPass, list[NoiseLevel]]:
+    """The gold targets and the teacher-forced passes of the report: clean, self-injected (the
+    model's own clean-pass predictions as input), and the prefix-noise levels (``q = 0`` is the
+    clean pass)."""
+    inputs, gold = gold_io(data.tgt)
+    clean = forced_pass(model, data.src, inputs, gold, cfg.max_tokens)
+    injected = forced_pass(
+        model, data.src, self_injected_inputs(clean.preds), gold, cfg.max_tokens, score=False
+    )
+    levels = [noise_level(0.0, gold, clean.preds, clean.preds, [[False] * len(g) for g in gold])]
+    for q in cfg.noise:
+        noisy, replaced = noisy_inputs(inputs, q, model.cfg.vocab_size, cfg.seed)
+        preds = forced_pass(model, data.src, noisy, gold, cfg.max_tokens, score=False).preds
+        levels.append(noise_level(q, gold, clean.preds, preds, replaced))
+    return gold, clean, injected, levels
+
+
 def evaluate(
     model: nn.Module,
     tokenizer: Tokenizer,
@@ -342,16 +363,7 @@ def evaluate(
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
-    inputs, gold = gold_io(data.tgt)
-    clean = forced_pass(model, data.src, inputs, gold, cfg.max_tokens)
-    injected = forced_pass(
-        model, data.src, self_injected_inputs(clean.preds), gold, cfg.max_tokens, score=False
-    )
-    levels = [noise_level(0.0, gold, clean.preds, clean.preds, [[False] * len(g) for g in gold])]
-    for q in cfg.noise:
-        noisy, replaced = noisy_inputs(inputs, q, model.cfg.vocab_size, cfg.seed)
-        preds = forced_pass(model, data.src, noisy, gold, cfg.max_tokens, score=False).preds
-        levels.append(noise_level(q, gold, clean.preds, preds, replaced))
+    gold, clean, injected, levels = teacher_forced_passes(model, data, cfg)
     if done is not None:
         done(len(data.src))
 
