@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,18 +31,21 @@ from tformer_cli.console import StopOnClosedPipe, make_progress
 from tformer_cli.errors import TformerError
 
 F = TypeVar("F", bound=Callable[..., Any])
+HELP = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     name="tformer",
     help="Train, run and study a from-scratch Transformer for machine translation.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
+    context_settings=HELP,
 )
 tokenizer_app = typer.Typer(
     help="Try subword tokenizers on a corpus before training (tformer train makes its own).",
     no_args_is_help=True,
+    context_settings=HELP,
 )
 app.add_typer(tokenizer_app, name="tokenizer")
 
@@ -83,6 +87,70 @@ def friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# Old spellings that keep working for one release, each with a one-line notice on stderr.
+RENAMED = {"tokenizer train": {"--kind": "--tokenizer"}, "eval": {"--hyp": "--hypotheses"}}
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one-line notice of an old spelling that still works, for one release."""
+    err.print(f"note: {old} is deprecated (it goes in the next release): use {new}", markup=False)
+
+
+class Command(typer.core.TyperCommand):
+    """Every command's parsing: the old spellings of ``RENAMED`` rewritten (with a notice), and
+    ``--json FILE`` (``--json`` is a flag now) stopped with a usage error pointing to ``-o``."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        renamed = RENAMED.get(" ".join(ctx.command_path.split()[1:]), {})
+        for i, arg in enumerate(args[:end]):
+            name, eq, value = arg.partition("=")
+            if name in renamed:
+                deprecated(name, renamed[name])
+                args[i] = renamed[name] + eq + value
+            following = args[i + 1] if i + 1 < end else ""
+            if arg == "--json" and following.lower().endswith(".json"):
+                err.print(
+                    f"Error: --json is a flag (JSON on stdout): write it to a file with --json -o"
+                    f" {following}",
+                    markup=False,
+                )
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
+
+def positional(value: Any, option: Any, old: str, new: str) -> Any:
+    """A run (or file) given the old way, as an argument (kept for one release, with a notice),
+    or the new way, as an option; both at once is a usage error."""
+    if value is None or value == []:
+        return option
+    if option is not None and option != []:
+        raise typer.BadParameter(f"give it once: {new}", param_hint=new.split()[-2])
+    deprecated(old, new)
+    return value
+
+
+def own_precision(precision: str | None, models: Sequence[Path] | None) -> str:
+    """``--precision`` if given, else the precision the (first) run was trained with."""
+    from tformer_cli.api.run import own_precision as of_run
+
+    return precision or of_run(models[0] if models else None)
+
+
+@contextlib.contextmanager
+def destination(output: Path | None) -> Iterator[Console]:
+    """Where a command prints its result: stdout, or ``output`` (``-o FILE``), written whole at
+    the end."""
+    if output is None:
+        yield out
+        return
+    from tformer_cli.files import atomic_write_text
+
+    buffer = io.StringIO()
+    yield Console(file=buffer, width=out.width, highlight=False, soft_wrap=True, no_color=True)
+    atomic_write_text(output, buffer.getvalue())
+
+
 def version_callback(value: bool) -> None:
     if value:
         out.print(f"tformer {__version__}")
@@ -113,6 +181,26 @@ Precision = Annotated[
     str, typer.Option(help="fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it).")
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or log lines.")]
+Json = Annotated[
+    bool, typer.Option("--json", help="Print JSON instead of the text (-o: to a file).")
+]
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write what would print to this file instead."),
+]
+Runs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--model", "-m", help="A run folder, or the name of one under runs/.", show_default=False
+    ),
+]
+RunPrecision = Annotated[
+    str | None,
+    typer.Option(
+        help="fp32, bf16 (autocast), auto (bf16 where the hardware is fast at it). Default:"
+        " the precision the run was trained with."
+    ),
+]
 # translate and eval
 Models = Annotated[
     list[Path] | None,
@@ -190,7 +278,7 @@ Threads = Annotated[
 M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
 
 
-@app.command()
+@app.command(cls=Command)
 @friendly_errors
 def train(
     ctx: typer.Context,
@@ -419,10 +507,21 @@ def train(
 
 
 # ---------------------------------------------------------------------------- average
-@app.command("average")
+@app.command("average", cls=Command)
 @friendly_errors
 def average_checkpoints(
-    run: Annotated[Path, typer.Argument(help="Run folder trained with --average N.")],
+    legacy: Annotated[
+        Path | None, typer.Argument(help="Deprecated: use -m RUN.", hidden=True, metavar="RUN")
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Run trained with --average N. Default: the newest run.",
+            show_default=False,
+        ),
+    ] = None,
     last: Annotated[int, typer.Option(min=2, help="Average the N newest checkpoints.")] = 5,
     output: Annotated[
         Path | None,
@@ -435,9 +534,10 @@ def average_checkpoints(
     ] = None,
 ) -> None:
     """Average the parameters of a run's newest validation checkpoints (element-wise, fp32)."""
-    from tformer_cli.checkpoint import average_run
+    from tformer_cli.checkpoint import average_run, resolve_run
 
-    paths, target = average_run(run, last, output)
+    run = positional(legacy, model, "tformer average RUN", "tformer average -m RUN")
+    paths, target = average_run(resolve_run(run), last, output)
     out.print(
         f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}",
         markup=False,
@@ -509,7 +609,7 @@ def write_trace(path: Path, runs: list[Any], texts: list[str], cfg: DecodeConfig
     atomic_write_text(path, traced.to_json() + "\n")
 
 
-@app.command()
+@app.command(cls=Command)
 @friendly_errors
 def translate(
     texts: Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")] = None,
@@ -589,8 +689,12 @@ def translate(
     ] = None,
     device: Device = "auto",
     precision: Annotated[
-        str, typer.Option(help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster).")
-    ] = "fp32",
+        str | None,
+        typer.Option(
+            help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the"
+            " precision the run was trained with."
+        ),
+    ] = None,
     compile: Compile = "auto",
     quiet: Quiet = False,
 ) -> None:
@@ -622,7 +726,7 @@ def translate(
         min_len=min_len, seed=seed,
     )  # fmt: skip
     inputs = read_inputs(texts, file)
-    run = load_runs(model, device, precision, compile)
+    run = load_runs(model, device, own_precision(precision, model), compile)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
     if trace is not None:
@@ -655,7 +759,7 @@ def translate(
 
 
 # ---------------------------------------------------------------------------- inspect-attention
-@app.command("inspect-attention")
+@app.command("inspect-attention", cls=Command)
 @friendly_errors
 def inspect_attention(
     text: Annotated[str, typer.Argument(help="The sentence to translate and inspect.")],
@@ -675,8 +779,9 @@ def inspect_attention(
         Path | None, typer.Option(help="Write a picture: .svg, .html (self-contained) or .png.")
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write every weight with its tokens as JSON.")
-    ] = None,
+        bool, typer.Option("--json", help="Print every weight with its tokens as JSON instead.")
+    ] = False,
+    output: Output = None,
     align: Annotated[
         bool, typer.Option(help="Score cross-attention heads against the toy gold alignments.")
     ] = True,
@@ -684,7 +789,8 @@ def inspect_attention(
         int, typer.Option(min=1, help="Toy test sentences for the alignment accuracy.")
     ] = 200,
     device: Device = "auto",
-    precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    precision: RunPrecision = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
 ) -> None:
     """Translate a sentence and show what every attention head looks at.
 
@@ -697,13 +803,40 @@ def inspect_attention(
 
     request = AttentionRequest(
         kind=kind, layer=layer, head=head, beam=beam, align=align,
-        align_sentences=align_sentences, device=device, precision=precision,
+        align_sentences=align_sentences, device=device,
+        precision=own_precision(precision, [model] if model else None),
     )  # fmt: skip
-    run_inspect(text, model, request, out, err, save=save, json_path=json_out)
+    log = Console(stderr=True, quiet=quiet, soft_wrap=True)
+    if not json_out:
+        with destination(output) as console:
+            run_inspect(text, model, request, console, log, save=save)
+        return
+    if output is not None:  # JSON to a file, the text to nowhere
+        run_inspect(
+            text, model, request, Console(file=io.StringIO()), log, save=save, json_path=output
+        )
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:  # JSON on stdout: the library writes files
+        written = Path(folder) / "attention.json"
+        quiet_log = Console(stderr=True, quiet=True)
+        run_inspect(
+            text,
+            model,
+            request,
+            Console(file=io.StringIO()),
+            quiet_log,
+            save=save,
+            json_path=written,
+        )
+        if save is not None:
+            log.print(f"wrote {save}", markup=False, highlight=False)
+        out.print(written.read_text(encoding="utf-8"), markup=False, end="")
 
 
 # ---------------------------------------------------------------------------- eval
-@app.command("eval")
+@app.command("eval", cls=Command)
 @friendly_errors
 def evaluate(
     model: Models = None,
@@ -728,12 +861,16 @@ def evaluate(
     beam: EvalBeam = 5,
     alpha: Alpha = None,
     json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print every number, with its settings, as JSON instead."),
+    ] = False,
+    output: Output = None,
+    hypotheses: Annotated[
         Path | None,
-        typer.Option("--json", help="Write every number, with its settings, as JSON here."),
-    ] = None,
-    hyp: Annotated[
-        Path | None,
-        typer.Option(help="Write the hypotheses, one per line: beam if --beam > 1, else greedy."),
+        typer.Option(
+            help="Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
+            " (Formerly --hyp.)"
+        ),
     ] = None,
     sample: Sample = False,
     temperature: Temperature = 1.0,
@@ -771,7 +908,7 @@ def evaluate(
     """
     from tformer_cli.device import oom_hint
     from tformer_cli.report.eval_run import evaluate_run
-    from tformer_cli.report.evaluation import EvalConfig, render_report
+    from tformer_cli.report.evaluation import EvalConfig, render_report, report_json
     from tformer_cli.report.request import EvalRequest
 
     search = search_config(
@@ -784,19 +921,23 @@ def evaluate(
         threads=threads, compile=compile,
     )  # fmt: skip
     runs = model or [None]
-    for i, run in enumerate(runs):  # each run's report; the last one's ends with the ensemble's
-        last = i == len(runs) - 1
-        with oom_hint():
-            evaluation = evaluate_run(
-                run, request, keep=True, json_path=json_out if last else None,
-                hyp_path=hyp if last else None, ensemble_with=runs[:-1] if last else (),
-                console=err, quiet=quiet,
-            )  # fmt: skip
-        out.print(render_report(evaluation.report))
+    with destination(None if json_out else output) as console:
+        for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
+            last = i == len(runs) - 1
+            with oom_hint():
+                evaluation = evaluate_run(
+                    run, request, keep=True, json_path=output if json_out and last else None,
+                    hyp_path=hypotheses if last else None,
+                    ensemble_with=runs[:-1] if last else (), console=err, quiet=quiet,
+                )  # fmt: skip
+            if not json_out:
+                console.print(render_report(evaluation.report))
+    if json_out and output is None:
+        out.print(report_json(evaluation.report), markup=False, end="")
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
-@app.command("runs")
+@app.command("runs", cls=Command)
 @friendly_errors
 def runs_command(
     folder: Annotated[
@@ -806,6 +947,7 @@ def runs_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print every row as JSON instead of the table.")
     ] = False,
+    output: Output = None,
 ) -> None:
     """List the runs, newest first: data, model size, precision, updates, BLEU and state.
 
@@ -815,13 +957,17 @@ def runs_command(
     """
     from tformer_cli.report.runs import show_runs
 
-    show_runs(folder, out, as_json=json_out)
+    with destination(output) as console:
+        show_runs(folder, console, as_json=json_out)
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 @friendly_errors
 def show_command(
-    run: Annotated[Path, typer.Argument(help="Run folder, or the name of one under runs/.")],
+    legacy: Annotated[
+        Path | None, typer.Argument(help="Deprecated: use -m RUN.", hidden=True, metavar="RUN")
+    ] = None,
+    model: ModelDir = None,
     save: Annotated[
         Path | None,
         typer.Option(
@@ -831,26 +977,37 @@ def show_command(
     x: Annotated[
         str, typer.Option("--x", help="x axis: updates, or time (minutes of training).")
     ] = "updates",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
 ) -> None:
     """Show a run: its settings, then its training curves drawn in the terminal.
 
     From the run's log.jsonl: train loss, valid loss, perplexity and BLEU, learning rate,
     target tokens/s, and the teacher-forcing probability of scheduled sampling when used.
     """
+    from tformer_cli.checkpoint import resolve_run
     from tformer_cli.report.show import show_run
 
-    show_run(run, out, save=save, x=x, err=err)
+    run = resolve_run(positional(legacy, model, "tformer show RUN", "tformer show -m RUN"))
+    show_run(run, out, save=save, x=x, err=Console(stderr=True, quiet=quiet, soft_wrap=True))
 
 
-@app.command("compare")
+@app.command("compare", cls=Command)
 @friendly_errors
 def compare_command(
-    runs: Annotated[
-        list[Path],
-        typer.Argument(
-            help="Two or more run folders (or names under runs/); the first is the baseline."
+    legacy: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Deprecated: use -m RUN -m RUN.", hidden=True, metavar="RUN"),
+    ] = None,
+    model: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Two or more run folders (or names under runs/): -m A -m B; the first is the"
+            " baseline.",
+            show_default=False,
         ),
-    ],
+    ] = None,
     data: Annotated[
         str | None,
         typer.Option(help="Corpus (as for train). Default: the data the runs were trained on."),
@@ -874,6 +1031,7 @@ def compare_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print every number and p-value as JSON.")
     ] = False,
+    output: Output = None,
     device: Device = "auto",
     precision: Annotated[
         str | None,
@@ -895,19 +1053,24 @@ def compare_command(
     from tformer_cli.report.evaluation import EvalConfig
     from tformer_cli.report.request import EvalRequest
 
+    runs = positional(legacy, model, "tformer compare RUN RUN", "tformer compare -m RUN -m RUN")
+    if not runs or len(runs) < 2:
+        raise typer.BadParameter("compare needs two runs or more: -m A -m B", param_hint="--model")
     alpha = run_alpha(alpha, [resolve_run(runs[0])])
     cfg = EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed)
     request = EvalRequest(
         data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit, config=cfg,
         device=device, precision=precision, threads=threads,
     )  # fmt: skip
-    compare_runs(
-        runs, out, request, keep=True, save=save, x=x, as_json=json_out, err=err, quiet=quiet
-    )
+    with destination(output) as console:
+        compare_runs(
+            runs, console, request, keep=True, save=save, x=x, as_json=json_out, err=err,
+            quiet=quiet,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- serve
-@app.command("serve")
+@app.command("serve", cls=Command)
 @friendly_errors
 def serve_command(
     model: ModelDir = None,
@@ -929,7 +1092,7 @@ def serve_command(
         float, typer.Option(min=0.001, help="Seconds a request may wait and run (then 503).")
     ] = 30.0,
     device: Device = "auto",
-    precision: Annotated[str, typer.Option(help="fp32, bf16 or auto.")] = "fp32",
+    precision: RunPrecision = None,
     quiet: Quiet = False,
 ) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
@@ -960,14 +1123,21 @@ def interop_packages() -> Iterator[None]:
         ) from None
 
 
-@app.command("export")
+@app.command("export", cls=Command)
 @friendly_errors
 def export_command(
-    run: Annotated[Path, typer.Argument(help="Run folder, or the name of one under runs/.")],
-    output: Annotated[Path, typer.Argument(help="Folder to write (new, or empty).")],
     to: Annotated[
         str, typer.Option("--to", help="ctranslate2, or hf (a MarianMTModel for transformers).")
     ],
+    legacy: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Deprecated: use -m RUN -o DIR.", hidden=True, metavar="RUN"),
+    ] = None,
+    model: ModelDir = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Folder to write (new, or empty).", show_default=False),
+    ] = None,
     quantization: Annotated[
         str,
         typer.Option(
@@ -988,7 +1158,14 @@ def export_command(
         raise typer.BadParameter(f"{to!r}: use ctranslate2 or hf", param_hint="--to")
     if to == "hf" and quantization != "float32":
         raise typer.BadParameter("quantizes CTranslate2 weights only", param_hint="--quantization")
-    run_dir = resolve_run(run)
+    if legacy:
+        if len(legacy) != 2:
+            raise typer.BadParameter("give -m RUN -o DIR", param_hint="RUN OUTPUT")
+        old, new = "tformer export RUN DIR", "tformer export -m RUN -o DIR"
+        model, output = positional(legacy[0], model, old, new), legacy[1]
+    if output is None:
+        raise typer.BadParameter("the folder to write: -o DIR", param_hint="--output")
+    run_dir = resolve_run(model)
     with interop_packages():
         if to == "ctranslate2":
             from tformer_cli.interop.ct2 import export_ctranslate2
@@ -1001,7 +1178,7 @@ def export_command(
     out.print(f"exported {run_dir} -> {written} ({to})", markup=False)
 
 
-@app.command("import")
+@app.command("import", cls=Command)
 @friendly_errors
 def import_command(
     source: Annotated[
@@ -1026,24 +1203,37 @@ def import_command(
 
 
 # ---------------------------------------------------------------------------- tokenizer
-@tokenizer_app.command("train")
+@tokenizer_app.command("train", cls=Command)
 @friendly_errors
 def tokenizer_train(
-    output: Annotated[Path, typer.Argument(help="Where to write tokenizer.json.")],
+    legacy: Annotated[
+        Path | None, typer.Argument(help="Deprecated: use -o FILE.", hidden=True, metavar="FILE")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write tokenizer.json.", show_default=False),
+    ] = None,
     data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
     vocab_size: Annotated[int, typer.Option(max=MAX_VOCAB, help="Vocabulary size.")] = T.vocab_size,
-    kind: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = "bpe",
+    tokenizer: Annotated[
+        str, typer.Option(help="bpe, unigram or wordlevel. (Formerly --kind.)")
+    ] = "bpe",
 ) -> None:
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
-    --kind choices before training a model."""
+    --tokenizer choices before training a model."""
     from tformer_cli.data.corpus import load_corpus
     from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
+    output = positional(
+        legacy, output, "tformer tokenizer train FILE", "tformer tokenizer train -o FILE"
+    )
+    if output is None:
+        raise typer.BadParameter("where to write tokenizer.json: -o FILE", param_hint="--output")
     corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
-    tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, kind)
+    tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, tokenizer)
     save_tokenizer(tok, output)
     for side in ("src", "tgt"):
         stats = tokenizer_stats(tok, corpus["valid"][side])

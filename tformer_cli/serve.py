@@ -25,6 +25,7 @@ from rich.console import Console
 
 from tformer_cli import __version__
 from tformer_cli.api import Run
+from tformer_cli.api.run import own_precision
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
@@ -409,12 +410,13 @@ def serve(
     max_tokens: int = 4096,
     wait_ms: float = 5.0,
     device: str = "auto",
-    precision: str = "fp32",
+    precision: str | None = None,
     quiet: bool = False,
 ) -> None:
-    """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C."""
+    """``tformer serve``: load the run once (``precision``: default the run's own), then answer
+    HTTP requests until Ctrl-C."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run = load_run(model_dir, device, precision)
+    run = load_run(model_dir, device, precision or own_precision(model_dir))
     app = create_app(run, limits, max_tokens, wait_ms)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host
