@@ -5,6 +5,7 @@ release with a notice, the run's own precision by default, and the shared exit c
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -177,3 +178,54 @@ def test_our_errors_are_exit_1(tmp_path):
     assert result.exit_code == 2  # out of the option's range: a usage error
     result = invoke("show", "-m", tmp_path / "missing")
     assert result.exit_code == 1 and stderr_lines(result)[0].startswith("Error:")
+
+
+# ---------------------------------------------------------------------------- help at 80 columns
+def shown_options(path: list[str]) -> list:
+    """The options a command's help shows (hidden ones aside), laid out as for its help."""
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    with typer.Context(cmd, info_name=" ".join(["tformer", *path])) as ctx:
+        params = cmd.get_params(ctx)
+    return [p for p in params if p.param_type_name == "option" and not p.hidden]
+
+
+def declared_options(path: list[str]) -> list[str]:
+    """Every option name a command declares."""
+    return [opt for param in shown_options(path) for opt in (*param.opts, *param.secondary_opts)]
+
+
+TYPE_NAMES = re.compile(r"<(bool|str|int|float|path|text|list\[[^]]*\])[^>]*>", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", commands(), ids=" ".join)
+def test_help_reads_at_80_columns_with_nothing_cut(path):
+    """Every declared option name in full, no ellipsis, no line over 80 columns, plain
+    metavars (no Python type names), options in panels, and an example."""
+    text = invoke(*path, "--help").stdout
+    assert "…" not in text and not re.search(r"-[\w-]*\.\.\.", text)  # nothing cut
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for option in declared_options(path):
+        assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), option
+    assert not TYPE_NAMES.search(text), TYPE_NAMES.search(text)
+    for param in shown_options(path):  # each metavar whole, on one line
+        assert not param.metavar or re.search(rf"\s{re.escape(param.metavar)}\s", text), (
+            param.metavar
+        )
+    assert "Examples:" in text and f"$ tformer {' '.join(path)}" in text
+    if len(declared_options(path)) > 8:  # a long page is grouped
+        assert len(re.findall(r"╭─ ", text)) >= 3
+
+
+@pytest.mark.parametrize("path", [[], ["tokenizer"]], ids=["tformer", "tokenizer"])
+def test_the_groups_help_has_plain_metavars(path):
+    text = invoke(*path, "--help").stdout
+    assert "…" not in text and not TYPE_NAMES.search(text), TYPE_NAMES.search(text)
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_choices_show_as_choices():
+    text = invoke("train", "--help").stdout
+    for choices in ("bpe|unigram|wordlevel", "rsqrt|linear|cosine|auto", "fp32|bf16|auto"):
+        assert choices in text

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tformer_cli import __version__
+from tformer_cli.cli.help import examples, lay_out
 from tformer_cli.config import (
     MAX_SEED,
     MAX_VOCAB,
@@ -33,6 +34,16 @@ from tformer_cli.errors import TformerError
 F = TypeVar("F", bound=Callable[..., Any])
 HELP = {"help_option_names": ["-h", "--help"]}
 
+
+class Group(typer.core.TyperGroup):
+    """``tformer`` and ``tformer tokenizer``: their options laid out as the commands' are."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)
+        lay_out("", params)
+        return params
+
+
 app = typer.Typer(
     name="tformer",
     help="Train, run and study a from-scratch Transformer for machine translation.",
@@ -41,11 +52,13 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings=HELP,
+    cls=Group,
 )
 tokenizer_app = typer.Typer(
     help="Try subword tokenizers on a corpus before training (tformer train makes its own).",
     no_args_is_help=True,
     context_settings=HELP,
+    cls=Group,
 )
 app.add_typer(tokenizer_app, name="tokenizer")
 
@@ -117,6 +130,14 @@ class Command(typer.core.TyperCommand):
                 )
                 raise typer.Exit(2)
         return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        """The options, laid out for an 80-column help page (``cli.help``), with examples."""
+        params = super().get_params(ctx)
+        command = " ".join(ctx.command_path.split()[1:])
+        lay_out(command, params)
+        self.epilog = self.epilog or examples(command)
+        return params
 
 
 def positional(value: Any, option: Any, old: str, new: str) -> Any:
@@ -359,7 +380,7 @@ def train(
         str,
         typer.Option(
             help="After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end"
-            " of --max-minutes/--max-steps, or auto (linear with --max-minutes, else rsqrt)."
+            " of --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt)."
         ),
     ] = T.decay,
     label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = T.label_smoothing,
