@@ -7,6 +7,7 @@ import io
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
@@ -40,6 +41,8 @@ from tformer_cli.cli.options import (
     Temperature,
     TopK,
     TopP,
+    declared,
+    with_options,
 )
 from tformer_cli.config import (
     MAX_SEED,
@@ -115,95 +118,141 @@ def write_trace(path: Path, runs: list[Any], texts: list[str], cfg: DecodeConfig
     atomic_write_text(path, traced.to_json() + "\n")
 
 
+# Every option of tformer translate, in the order of its help.
+TRANSLATE = declared(
+    texts=(Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")], None),
+    model=(Models, None),
+    file=(
+        Annotated[
+            Path | None,
+            typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
+        ],
+        None,
+    ),
+    output=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--output",
+                "-o",
+                help="Write translations here (all at once, at the end), not stdout.",
+            ),
+        ],
+        None,
+    ),
+    beam=(Annotated[int, typer.Option("--beam", "-k", min=1, max=MAX_BEAM, help="Beam size.")], 5),
+    greedy=(Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")], False),
+    alpha=(
+        Annotated[
+            float | None,
+            typer.Option(
+                help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha. Default: the"
+                " (first) run's --beam-alpha, 0.6 unless its training set another."
+            ),
+        ],
+        None,
+    ),
+    nbest=(
+        Annotated[
+            int,
+            typer.Option(
+                min=1,
+                max=MAX_HYPOTHESES,
+                help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
+                " INDEX<TAB>SCORE<TAB>TEXT.",
+            ),
+        ],
+        1,
+    ),
+    sample=(Sample, False),
+    temperature=(Temperature, 1.0),
+    top_k=(TopK, None),
+    top_p=(TopP, None),
+    epsilon=(Epsilon, None),
+    seed=(
+        Annotated[
+            int, typer.Option(min=0, max=MAX_SEED, help="Seed of the samples (--sample, --mbr).")
+        ],
+        0,
+    ),
+    mbr=(Mbr, 0),
+    mbr_from=(MbrFrom, "sample"),
+    mbr_utility=(MbrUtility, "chrf"),
+    min_len=(MinLen, 0),
+    scores=(
+        Annotated[bool, typer.Option("--scores", help="Prefix each line with its score.")],
+        False,
+    ),
+    batch_size=(
+        Annotated[
+            int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
+        ],
+        None,
+    ),
+    max_tokens=(Annotated[int, typer.Option(min=1, help="Source tokens per batch.")], 4096),
+    chunk_size=(
+        Annotated[
+            int,
+            typer.Option(
+                min=1,
+                max=1_000_000,
+                help="Lines read, translated (sorted by length into batches) and written at a time:"
+                " output flows before the input ends, and memory does not grow with it.",
+            ),
+        ],
+        2000,
+    ),
+    max_len_a=(
+        Annotated[
+            float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
+        ],
+        1.5,
+    ),
+    max_len_b=(Annotated[int, typer.Option(max=100_000, help="Output length limit: b.")], 10),
+    no_cache=(
+        Annotated[
+            bool,
+            typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching)."),
+        ],
+        False,
+    ),
+    json_out=(
+        Annotated[
+            bool,
+            typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing."),
+        ],
+        False,
+    ),
+    trace=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                help="Write the step-through search of the first text as JSON here: each step's"
+                " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
+            ),
+        ],
+        None,
+    ),
+    device=(Device, "auto"),
+    precision=(
+        Annotated[
+            str | None,
+            typer.Option(
+                help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the"
+                " precision the run was trained with."
+            ),
+        ],
+        None,
+    ),
+    compile=(Compile, "auto"),
+    quiet=(Quiet, False),
+)
+
+
 @app.command(cls=Command)
 @friendly_errors
-def translate(
-    texts: Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")] = None,
-    model: Models = None,
-    file: Annotated[
-        Path | None,
-        typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", help="Write translations here (all at once, at the end), not stdout."
-        ),
-    ] = None,
-    beam: Annotated[int, typer.Option("--beam", "-k", min=1, max=MAX_BEAM, help="Beam size.")] = 5,
-    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")] = False,
-    alpha: Annotated[
-        float | None,
-        typer.Option(
-            help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha. Default: the"
-            " (first) run's --beam-alpha, 0.6 unless its training set another."
-        ),
-    ] = None,
-    nbest: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            max=MAX_HYPOTHESES,
-            help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
-            " INDEX<TAB>SCORE<TAB>TEXT.",
-        ),
-    ] = 1,
-    sample: Sample = False,
-    temperature: Temperature = 1.0,
-    top_k: TopK = None,
-    top_p: TopP = None,
-    epsilon: Epsilon = None,
-    seed: Annotated[
-        int, typer.Option(min=0, max=MAX_SEED, help="Seed of the samples (--sample, --mbr).")
-    ] = 0,
-    mbr: Mbr = 0,
-    mbr_from: MbrFrom = "sample",
-    mbr_utility: MbrUtility = "chrf",
-    min_len: MinLen = 0,
-    scores: Annotated[
-        bool, typer.Option("--scores", help="Prefix each line with its score.")
-    ] = False,
-    batch_size: Annotated[
-        int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
-    ] = None,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Source tokens per batch.")] = 4096,
-    chunk_size: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            max=1_000_000,
-            help="Lines read, translated (sorted by length into batches) and written at a time:"
-            " output flows before the input ends, and memory does not grow with it.",
-        ),
-    ] = 2000,
-    max_len_a: Annotated[
-        float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
-    ] = 1.5,
-    max_len_b: Annotated[int, typer.Option(max=100_000, help="Output length limit: b.")] = 10,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching).")
-    ] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing.")
-    ] = False,
-    trace: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the step-through search of the first text as JSON here: each step's"
-            " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
-        ),
-    ] = None,
-    device: Device = "auto",
-    precision: Annotated[
-        str | None,
-        typer.Option(
-            help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the"
-            " precision the run was trained with."
-        ),
-    ] = None,
-    compile: Compile = "auto",
-    quiet: Quiet = False,
-) -> None:
+@with_options(TRANSLATE)
+def translate(ctx: typer.Context, **values: Any) -> None:
     """Translate sentences (beam search with a KV cache; results in input order).
 
     Reads the texts given, else --file, else piped stdin, as UTF-8 lines ending in a newline:
@@ -221,23 +270,27 @@ def translate(
     from tformer_cli.decode.translate import Batching, translate_texts
     from tformer_cli.device import oom_hint
 
-    if greedy and (sample or mbr):
+    v = SimpleNamespace(**values)
+    if v.greedy and (v.sample or v.mbr):
         raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
-    k = 1 if greedy else beam
-    if nbest > k and not (sample or mbr):
-        raise typer.BadParameter(f"--nbest {nbest} needs --beam >= {nbest}", param_hint="--nbest")
+    k = 1 if v.greedy else v.beam
+    if v.nbest > k and not (v.sample or v.mbr):
+        raise typer.BadParameter(
+            f"--nbest {v.nbest} needs --beam >= {v.nbest}", param_hint="--nbest"
+        )
     cfg = search_config(  # without --alpha: 0 until the run's is read, once the run is loaded
-        k, 0.0 if alpha is None else alpha, sample, (temperature, top_k, top_p, epsilon), mbr,
-        mbr_from, mbr_utility, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-        min_len=min_len, seed=seed,
+        k, 0.0 if v.alpha is None else v.alpha, v.sample,
+        (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
+        max_len_a=v.max_len_a, max_len_b=v.max_len_b, nbest=v.nbest, min_len=v.min_len,
+        seed=v.seed,
     )  # fmt: skip
-    inputs = read_inputs(texts, file)
-    run = load_runs(model, device, own_precision(precision, model), compile)
-    if alpha is None:  # the first run's
+    inputs = read_inputs(v.texts, v.file)
+    run = load_runs(v.model, v.device, own_precision(v.precision, v.model), v.compile)
+    if v.alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
-    if trace is not None:
-        write_trace(trace, run, texts or [], cfg)
-    style = "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
+    if v.trace is not None:
+        write_trace(v.trace, run, v.texts or [], cfg)
+    style = "json" if v.json_out else "nbest" if v.nbest > 1 else "scores" if v.scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
         while True:
@@ -246,21 +299,24 @@ def translate(
             except EOFError:  # Ctrl-D: end the prompt's line
                 err.print()
                 return
-            result = translate_texts(run, [line], cfg, Batching(use_cache=not no_cache))
+            result = translate_texts(run, [line], cfg, Batching(use_cache=not v.no_cache))
             out.print(format_translations(result, style)[0], markup=False)
     lines, total = inputs
     few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
-    with make_progress("translate", err, disable=quiet or few) as progress, oom_hint(max_tokens):
+    with (
+        make_progress("translate", err, disable=v.quiet or few) as progress,
+        oom_hint(v.max_tokens),
+    ):
         task = progress.add_task("translate", total=total, info="")
         chunks = translate_chunks(
-            run, lines, cfg, Batching(max_tokens, batch_size, not no_cache),
-            chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n),
+            run, lines, cfg, Batching(v.max_tokens, v.batch_size, not v.no_cache),
+            chunk_size=v.chunk_size, on_batch=lambda n: progress.advance(task, n),
         )  # fmt: skip
-        if output is not None:
-            count = save_translations(output, chunks, style)
+        if v.output is not None:
+            count = save_translations(v.output, chunks, style)
         else:
             count = write_translations(chunks, sys.stdout.buffer, style)
-    if not count and not quiet:
+    if not count and not v.quiet:
         err.print("note: no input sentences: nothing to translate", markup=False)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import SimpleNamespace
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -40,77 +41,104 @@ from tformer_cli.cli.options import (
     Threads,
     TopK,
     TopP,
+    declared,
+    with_options,
 )
 from tformer_cli.config import (
     MAX_SEED,
     DecodeConfig,
 )
 
-
 # ---------------------------------------------------------------------------- eval
+# Every option of tformer eval, in the order of its help.
+EVAL = declared(
+    model=(Models, None),
+    data=(
+        Annotated[
+            str | None,
+            typer.Option(help="Corpus (as for train). Default: the data the run was trained on."),
+        ],
+        None,
+    ),
+    src=(Annotated[str | None, typer.Option(help="Source language. Default: the run's.")], None),
+    tgt=(Annotated[str | None, typer.Option(help="Target language. Default: the run's.")], None),
+    src_file=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                help="Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair"
+                " of the two files, in order, instead of --data."
+            ),
+        ],
+        None,
+    ),
+    tgt_file=(
+        Annotated[
+            Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
+        ],
+        None,
+    ),
+    split=(Split, "test"),
+    limit=(Limit, None),
+    beam=(EvalBeam, 5),
+    alpha=(Alpha, None),
+    json_out=(
+        Annotated[
+            bool,
+            typer.Option("--json", help="Print every number, with its settings, as JSON instead."),
+        ],
+        False,
+    ),
+    output=(Output, None),
+    hypotheses=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                help="Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
+                " (Formerly --hyp.)"
+            ),
+        ],
+        None,
+    ),
+    sample=(Sample, False),
+    temperature=(Temperature, 1.0),
+    top_k=(TopK, None),
+    top_p=(TopP, None),
+    epsilon=(Epsilon, None),
+    mbr=(Mbr, 0),
+    mbr_from=(MbrFrom, "sample"),
+    mbr_utility=(MbrUtility, "chrf"),
+    min_len=(MinLen, 0),
+    seed=(
+        Annotated[
+            int,
+            typer.Option(
+                min=0, max=MAX_SEED, help="Seed of the prefix-noise draws and of the samples."
+            ),
+        ],
+        1234,
+    ),
+    device=(Device, "auto"),
+    precision=(
+        Annotated[
+            str | None,
+            typer.Option(
+                help="fp32, bf16, auto, or int8 (int8 weights, CPU only). Default: the precision"
+                " the run was trained with."
+            ),
+        ],
+        None,
+    ),
+    compile=(Compile, "auto"),
+    threads=(Threads, 0),
+    quiet=(Quiet, False),
+)
+
+
 @app.command("eval", cls=Command)
 @friendly_errors
-def evaluate(
-    model: Models = None,
-    data: Annotated[
-        str | None,
-        typer.Option(help="Corpus (as for train). Default: the data the run was trained on."),
-    ] = None,
-    src: Annotated[str | None, typer.Option(help="Source language. Default: the run's.")] = None,
-    tgt: Annotated[str | None, typer.Option(help="Target language. Default: the run's.")] = None,
-    src_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair of"
-            " the two files, in order, instead of --data."
-        ),
-    ] = None,
-    tgt_file: Annotated[
-        Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
-    ] = None,
-    split: Split = "test",
-    limit: Limit = None,
-    beam: EvalBeam = 5,
-    alpha: Alpha = None,
-    json_out: Annotated[
-        bool,
-        typer.Option("--json", help="Print every number, with its settings, as JSON instead."),
-    ] = False,
-    output: Output = None,
-    hypotheses: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
-            " (Formerly --hyp.)"
-        ),
-    ] = None,
-    sample: Sample = False,
-    temperature: Temperature = 1.0,
-    top_k: TopK = None,
-    top_p: TopP = None,
-    epsilon: Epsilon = None,
-    mbr: Mbr = 0,
-    mbr_from: MbrFrom = "sample",
-    mbr_utility: MbrUtility = "chrf",
-    min_len: MinLen = 0,
-    seed: Annotated[
-        int,
-        typer.Option(
-            min=0, max=MAX_SEED, help="Seed of the prefix-noise draws and of the samples."
-        ),
-    ] = 1234,
-    device: Device = "auto",
-    precision: Annotated[
-        str | None,
-        typer.Option(
-            help="fp32, bf16, auto, or int8 (int8 weights, CPU only). Default: the precision"
-            " the run was trained with."
-        ),
-    ] = None,
-    compile: Compile = "auto",
-    threads: Threads = 0,
-    quiet: Quiet = False,
-) -> None:
+@with_options(EVAL)
+def evaluate(ctx: typer.Context, **values: Any) -> None:
     """Score a run: BLEU and chrF (greedy and beam), teacher-forced loss, and exposure bias.
 
     The exposure-bias sections: the BLEU gap between teacher-forced argmax and greedy output,
@@ -123,28 +151,30 @@ def evaluate(
     from tformer_cli.report.evaluation import EvalConfig, render_report, report_json
     from tformer_cli.report.request import EvalRequest
 
+    v = SimpleNamespace(**values)
     search = search_config(
-        beam, run_alpha(alpha, model), sample, (temperature, top_k, top_p, epsilon), mbr,
-        mbr_from, mbr_utility, min_len=min_len, seed=seed,
+        v.beam, run_alpha(v.alpha, v.model), v.sample,
+        (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
+        min_len=v.min_len, seed=v.seed,
     )  # fmt: skip
     request = EvalRequest(
-        data=data, src_lang=src, tgt_lang=tgt, src_file=src_file, tgt_file=tgt_file, split=split,
-        limit=limit, config=EvalConfig(search, seed=seed), device=device, precision=precision,
-        threads=threads, compile=compile,
+        data=v.data, src_lang=v.src, tgt_lang=v.tgt, src_file=v.src_file, tgt_file=v.tgt_file,
+        split=v.split, limit=v.limit, config=EvalConfig(search, seed=v.seed), device=v.device,
+        precision=v.precision, threads=v.threads, compile=v.compile,
     )  # fmt: skip
-    runs = model or [None]
-    with destination(None if json_out else output) as console:
+    runs = v.model or [None]
+    with destination(None if v.json_out else v.output) as console:
         for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
             last = i == len(runs) - 1
             with oom_hint():
                 evaluation = evaluate_run(
-                    run, request, keep=True, json_path=output if json_out and last else None,
-                    hyp_path=hypotheses if last else None,
-                    ensemble_with=runs[:-1] if last else (), console=err, quiet=quiet,
+                    run, request, keep=True, json_path=v.output if v.json_out and last else None,
+                    hyp_path=v.hypotheses if last else None,
+                    ensemble_with=runs[:-1] if last else (), console=err, quiet=v.quiet,
                 )  # fmt: skip
-            if not json_out:
+            if not v.json_out:
                 console.print(render_report(evaluation.report))
-    if json_out and output is None:
+    if v.json_out and v.output is None:
         out.print(report_json(evaluation.report), markup=False, end="")
 
 

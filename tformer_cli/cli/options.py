@@ -3,8 +3,10 @@ the data of an evaluation, the hardware."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -13,6 +15,32 @@ from tformer_cli.config import (
     ModelConfig,
     TrainConfig,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def declared(**options: tuple[Any, Any]) -> list[inspect.Parameter]:
+    """A command's options as signature parameters, ``name=(Annotated type, default)``, in the
+    order of its help: for a command with more options than a readable ``def`` holds."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(name, keyword, annotation=kind, default=default)
+        for name, (kind, default) in options.items()
+    ]
+
+
+def with_options(options: list[inspect.Parameter]) -> Callable[[F], F]:
+    """Give ``def command(ctx, **values)`` the options ``options`` (Typer reads the signature)."""
+
+    def attach(command: F) -> F:
+        ctx = inspect.Parameter(
+            "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+        )
+        command.__signature__ = inspect.Signature([ctx, *options])  # type: ignore[attr-defined]
+        return command
+
+    return attach
+
 
 # Upper bounds of options that size memory or seed a generator: past them, a one-line error
 # rather than torch's overflow or allocation traceback.
