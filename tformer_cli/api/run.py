@@ -130,7 +130,7 @@ class Run:
 
     def __init__(self, loaded: list[LoadedRun], alpha: float | None = None) -> None:
         self.loaded = loaded
-        self.alpha = loaded[0].config.train.beam_alpha if alpha is None else alpha
+        self.alpha = length_penalty(alpha, loaded[0].config)
 
     @property
     def path(self) -> Path:
@@ -323,6 +323,16 @@ class Run:
 def precision_of(run: LoadedRun) -> str:
     """The ``--precision`` name of a loaded run's dtype."""
     return {torch.bfloat16: "bf16", torch.qint8: "int8"}.get(run.dtype, "fp32")  # type: ignore[arg-type]
+
+
+def length_penalty(alpha: float | None, run: RunConfig | Path | None) -> float:
+    """The GNMT alpha of beam search: ``alpha`` if given, else the run's own ``beam_alpha``
+    (``run``: its config, or its folder or name, default the newest run). The one rule that
+    the commands and the API follow."""
+    if alpha is not None:
+        return alpha
+    config = run if isinstance(run, RunConfig) else RunConfig.load(resolve_run(run))
+    return config.train.beam_alpha
 
 
 def own_precision(run: Path | None) -> str:

@@ -80,13 +80,10 @@ def search_config(
 
 
 def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
-    """``--alpha`` if given, else the first run's ``beam_alpha`` (the newest run's by default),
-    read from its ``config.json``."""
-    if alpha is not None:
-        return alpha
-    from tformer_cli.checkpoint import RunConfig, resolve_run
+    """``--alpha`` if given, else the first run's (the newest run's by default): the API's rule."""
+    from tformer_cli.api.run import length_penalty
 
-    return RunConfig.load(resolve_run(models[0] if models else None)).train.beam_alpha
+    return length_penalty(alpha, models[0] if models else None)
 
 
 def read_inputs(
@@ -260,6 +257,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
+    from tformer_cli.api.run import length_penalty
     from tformer_cli.checkpoint import load_runs
     from tformer_cli.decode.streams import (
         format_translations,
@@ -287,7 +285,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     inputs = read_inputs(v.texts, v.file)
     run = load_runs(v.model, v.device, own_precision(v.precision, v.model), v.compile)
     if v.alpha is None:  # the first run's
-        cfg = dataclasses.replace(cfg, alpha=run[0].config.train.beam_alpha)
+        cfg = dataclasses.replace(cfg, alpha=length_penalty(None, run[0].config))
     if v.trace is not None:
         write_trace(v.trace, run, v.texts or [], cfg)
     style = "json" if v.json_out else "nbest" if v.nbest > 1 else "scores" if v.scores else "plain"
