@@ -109,6 +109,10 @@ def test_runs_json_and_o_write_what_would_print(run_dir, tmp_path):
     written = invoke("runs", run_dir.parent, "--json", "-o", tmp_path / "runs.json")
     assert written.exit_code == 0 and written.stdout == ""
     assert json.loads((tmp_path / "runs.json").read_text()) == json.loads(printed.stdout)
+    table = invoke("runs", run_dir.parent)
+    written = invoke("runs", run_dir.parent, "-o", tmp_path / "runs.txt")
+    assert written.exit_code == 0 and written.stdout == ""
+    assert (tmp_path / "runs.txt").read_text() == table.stdout and "run" in table.stdout
 
 
 # ---------------------------------------------------------------------------- the run as -m
