@@ -75,7 +75,12 @@ def metavar(command: str, param: Any) -> str:
         return "RUN"
     if name in FOLDERS or (command == "export" and name == "output"):
         return "DIR"
-    described = param.type_descriptor  # typer's reading of the annotation
+    described = getattr(param, "type_descriptor", None)  # typer >= 0.2x; else click's type
+    if described is None:
+        kind = getattr(getattr(param, "type", None), "name", "")
+        return {"path": "FILE", "integer": "N", "float": "X"}.get(
+            kind.split()[0] if kind else "", "TEXT"
+        )
     if described.is_path:
         return "FILE"
     return {int: "N", float: "X"}.get(described.annotation, "TEXT")
