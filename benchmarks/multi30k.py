@@ -96,9 +96,8 @@ def main() -> None:
     )  # fmt: skip
     report_path = run_dir / "eval-test.json"
     eval_s = run(
-        [tformer, "eval", "--model", str(run_dir), "--beam", "5", "--json", str(report_path),
-         "--quiet"],
-        stdout=run_dir / "eval-test.txt",
+        [tformer, "eval", "--model", str(run_dir), "--beam", "5", "--json", "--quiet"],
+        stdout=report_path,
     )  # fmt: skip
 
     log = read_log(run_dir)
@@ -132,7 +131,7 @@ def main() -> None:
     rows += [
         ("test2016 BLEU greedy / beam 5", f"{greedy['bleu']:.2f} / {beam['bleu']:.2f}"),
         ("test2016 chrF greedy / beam 5", f"{greedy['chrf']:.2f} / {beam['chrf']:.2f}"),
-        ("tformer eval wall time (report: eval-test.txt)", f"{eval_s:.0f} s"),
+        ("tformer eval wall time (report: eval-test.json)", f"{eval_s:.0f} s"),
         ("BLEU signature", greedy["bleu_signature"]),
         ("chrF signature", greedy["chrf_signature"]),
     ]

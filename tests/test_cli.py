@@ -323,7 +323,7 @@ def test_average_writes_the_mean_of_the_newest_checkpoints(tmp_path, make_run):
     states = [{k: v + step for k, v in model.state_dict().items()} for step in (0, 1, 2)]
     for step, state in enumerate(states, start=1):
         save_checkpoint(run_dir, 250 * step, state, keep=5)
-    result = invoke("average", str(run_dir), "--last", "2")
+    result = invoke("average", "-m", str(run_dir), "--last", "2")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == (
         f"averaged 2 checkpoints (step-000500 to step-000750) -> {run_dir / 'averaged.pt'}"
@@ -331,7 +331,7 @@ def test_average_writes_the_mean_of_the_newest_checkpoints(tmp_path, make_run):
     averaged = load_state(run_dir / "averaged.pt")
     for k, v in model.state_dict().items():
         assert torch.allclose(averaged[k], v + 1.5, atol=1e-6), k
-    result = invoke("average", str(run_dir), "-o", str(tmp_path / "all.pt"))  # 3 of --last 5
+    result = invoke("average", "-m", str(run_dir), "-o", str(tmp_path / "all.pt"))  # 3 of --last 5
     assert result.exit_code == 0, result.output
     averaged = load_state(tmp_path / "all.pt")
     for k, v in model.state_dict().items():
@@ -339,14 +339,14 @@ def test_average_writes_the_mean_of_the_newest_checkpoints(tmp_path, make_run):
 
 
 def test_average_of_a_missing_run_is_a_one_line_error(tmp_path):
-    result = invoke("average", str(long_missing_folder(tmp_path)))
+    result = invoke("average", "-m", str(long_missing_folder(tmp_path)))
     assert_clean_error(result, "does not exist")
     assert len(error_lines(result)) == 1
 
 
 def test_average_of_a_run_without_checkpoints_is_a_one_line_error(tmp_path, make_run):
     run_dir, _ = make_run(tmp_path / "run")
-    result = invoke("average", str(run_dir))
+    result = invoke("average", "-m", str(run_dir))
     assert_clean_error(result, "0 checkpoint(s)", "--average")
     assert len(error_lines(result)) == 1
 
@@ -586,7 +586,7 @@ def test_train_on_plain_parallel_files_keeps_their_absolute_paths(tmp_path, wmt_
 
 
 def eval_json(folder, *args: str) -> dict:
-    result = invoke("eval", *args, "--beam", "1", "--device", "cpu", "--json", "e.json")
+    result = invoke("eval", *args, "--beam", "1", "--device", "cpu", "--json", "-o", "e.json")
     assert result.exit_code == 0, result.output
     return json.loads((folder / "e.json").read_text())
 
@@ -668,5 +668,5 @@ def test_beam_search_takes_the_runs_beam_alpha_unless_alpha_is_given(
         "compare_runs",
         lambda runs, out, request, **k: compared.append(request.config.search.alpha),
     )
-    assert invoke("compare", str(runs[1]), str(runs[0])).exit_code == 0
+    assert invoke("compare", "-m", str(runs[1]), "-m", str(runs[0])).exit_code == 0
     assert compared == [0.2]

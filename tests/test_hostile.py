@@ -375,9 +375,9 @@ def eval_args(run_dir: Path, corpus: Path, *extra: object) -> list[object]:
             "--device", "cpu", "--quiet", *extra]  # fmt: skip
 
 
-@pytest.mark.parametrize("option", ["--json", "--hyp"])
+@pytest.mark.parametrize("option", [["--json", "-o"], ["-o"], ["--hypotheses"]])
 def test_eval_output_under_a_file_is_one_line(run, corpus, blocked, option):
-    result = invoke(*eval_args(run, corpus, option, blocked))
+    result = invoke(*eval_args(run, corpus, *option, blocked))
     assert_error(result, str(blocked))
 
 
@@ -390,18 +390,20 @@ def test_inspect_attention_save_under_a_file_is_one_line(run, tmp_path, suffix):
 
 
 def test_inspect_attention_json_under_a_file_is_one_line(run, blocked):
-    result = invoke("inspect-attention", "red cat", "-m", run, "--device", "cpu", "--json", blocked)
+    result = invoke(
+        "inspect-attention", "red cat", "-m", run, "--device", "cpu", "--json", "-o", blocked
+    )
     assert_error(result, str(blocked))
 
 
 def test_tokenizer_train_output_under_a_file_is_one_line(corpus, blocked):
-    result = invoke("tokenizer", "train", blocked, "--data", corpus, "--vocab-size", "60")
+    result = invoke("tokenizer", "train", "-o", blocked, "--data", corpus, "--vocab-size", "60")
     assert_error(result, str(blocked))
 
 
 def test_average_output_under_a_file_is_one_line(run_copy, blocked):
     add_checkpoints(run_copy, 2)
-    result = invoke("average", run_copy, "--last", "2", "-o", blocked)
+    result = invoke("average", "-m", run_copy, "--last", "2", "-o", blocked)
     assert_error(result, str(blocked))
 
 
@@ -611,14 +613,14 @@ def add_checkpoints(run_dir: Path, n: int) -> None:
 def test_average_with_one_checkpoint_is_one_line(run_copy):
     add_checkpoints(run_copy, 1)
     before = snapshot(run_copy)
-    result = invoke("average", run_copy, "-o", run_copy / "model.pt")
+    result = invoke("average", "-m", run_copy, "-o", run_copy / "model.pt")
     assert_error(result, "1 checkpoint(s)")
     assert snapshot(run_copy) == before
 
 
 @pytest.mark.parametrize("last", ["1", "0", "-3", "two"])
 def test_average_last_below_two_is_a_usage_error(run_copy, last):
-    result = invoke("average", run_copy, "--last", last)
+    result = invoke("average", "-m", run_copy, "--last", last)
     assert_usage(result, "--last")
 
 
@@ -627,14 +629,14 @@ def test_average_with_a_corrupt_checkpoint_keeps_model_pt(run_copy):
     newest = sorted((run_copy / "checkpoints").iterdir())[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     before = snapshot(run_copy)
-    result = invoke("average", run_copy, "--last", "3", "-o", run_copy / "model.pt")
+    result = invoke("average", "-m", run_copy, "--last", "3", "-o", run_copy / "model.pt")
     assert_error(result, newest.name)
     assert snapshot(run_copy) == before
 
 
 def test_average_of_a_file_is_one_line(tmp_path):
     (tmp_path / "run").write_text("not a folder")
-    result = invoke("average", tmp_path / "run")
+    result = invoke("average", "-m", tmp_path / "run")
     assert_error(result, "is a file")
 
 
@@ -853,8 +855,8 @@ def test_train_src_file_and_tgt_file_with_different_line_counts(tmp_path):
 
 def test_tokenizer_train_on_a_crlf_tsv_corpus(tmp_path):
     data = write_corpus(tmp_path / "data", newline="\r\n")
-    result = invoke("tokenizer", "train", tmp_path / "tok.json", "--data", data,
-                    "--vocab-size", "60", "--kind", "wordlevel")  # fmt: skip
+    result = invoke("tokenizer", "train", "-o", tmp_path / "tok.json", "--data", data,
+                    "--vocab-size", "60", "--tokenizer", "wordlevel")  # fmt: skip
     assert_ok(result)
     assert "valid src: 6 sentences" in result.stdout
     vocab = json.loads((tmp_path / "tok.json").read_text(encoding="utf-8"))["model"]["vocab"]
@@ -869,7 +871,7 @@ def test_tokenizer_train_on_crlf_plain_files_and_control_characters(tmp_path):
     tgt = "".join(f"\u2028{t}\x0c\r\n" for _, t in pairs)
     (data / "train.de").write_bytes(src.encode())
     (data / "train.en").write_bytes(tgt.encode())
-    result = invoke("tokenizer", "train", tmp_path / "tok.json", "--data", data,
+    result = invoke("tokenizer", "train", "-o", tmp_path / "tok.json", "--data", data,
                     "--src", "de", "--tgt", "en", "--vocab-size", "60")  # fmt: skip
     assert_ok(result)
     assert "valid src: 3 sentences" in result.stdout
@@ -877,11 +879,11 @@ def test_tokenizer_train_on_crlf_plain_files_and_control_characters(tmp_path):
 
 @pytest.mark.parametrize(
     ("extra", "fragment"),
-    [(["--vocab-size", "0"], "0"), (["--kind", "nonsense"], "nonsense")],
+    [(["--vocab-size", "0"], "0"), (["--tokenizer", "nonsense"], "nonsense")],
     ids=["vocab-size-0", "kind-nonsense"],
 )
 def test_tokenizer_train_bad_option_is_one_line(corpus, tmp_path, extra, fragment):
-    result = invoke("tokenizer", "train", tmp_path / "tok.json", "--data", corpus, *extra)
+    result = invoke("tokenizer", "train", "-o", tmp_path / "tok.json", "--data", corpus, *extra)
     assert_error(result, fragment)
     assert not (tmp_path / "tok.json").exists()
 

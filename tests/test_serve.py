@@ -163,15 +163,14 @@ def assert_same_json(a: Any, b: Any, path: str = "") -> None:
         assert a == b, path
 
 
-def test_attention_answers_the_json_of_inspect_attention(client, run_dir, tmp_path):
+def test_attention_answers_the_json_of_inspect_attention(client, run_dir):
     text = "one big red dog"
-    path = tmp_path / "maps.json"
-    args = ["inspect-attention", text, "-m", str(run_dir), "-k", "2", "--json", str(path)]
+    args = ["inspect-attention", text, "-m", str(run_dir), "-k", "2", "--json"]
     result = CliRunner().invoke(cli_app, [*args, "--no-align", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     r = client.post("/attention", json={"text": text, "beam": 2})
     assert r.status_code == 200, r.text
-    assert_same_json(r.json(), json.loads(path.read_text(encoding="utf-8")))
+    assert_same_json(r.json(), json.loads(result.stdout))
     cross = r.json()["attention"]["cross"]
     assert cross["cols"] == ["▁one", "▁big", "▁red", "▁dog", "</s>"]
     row_sums = torch.tensor(cross["weights"]).sum(-1)  # (L, h, rows)

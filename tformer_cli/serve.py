@@ -25,6 +25,7 @@ from rich.console import Console
 
 from tformer_cli import __version__
 from tformer_cli.api import Run
+from tformer_cli.api.run import own_precision
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
@@ -433,14 +434,15 @@ def serve(
     max_tokens: int = 4096,
     wait_ms: float = 5.0,
     device: str = "auto",
-    precision: str = "fp32",
+    precision: str | None = None,
     engine: str = "torch",
     quiet: bool = False,
 ) -> None:
-    """``tformer serve``: load the run once, then answer HTTP requests until Ctrl-C;
-    ``engine``: torch, or ctranslate2 (the run's export, made on first use)."""
+    """``tformer serve``: load the run once (``precision``: default the run's own), then answer
+    HTTP requests until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's export, made on
+    first use)."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run = load_run(model_dir, device, precision)
+    run = load_run(model_dir, device, precision or own_precision(model_dir))
     decoder = None
     if engine == "ctranslate2":
         from tformer_cli.interop.engine import ctranslate2_engine

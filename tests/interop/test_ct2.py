@@ -80,15 +80,15 @@ def test_bad_input_is_one_line_and_writes_nothing(toy_run, tmp_path):
 
 
 def test_the_cli_exports_and_refuses_a_run_of_a_newer_format(toy_run, tmp_path):
-    result = cli("export", toy_run, "--to", "ctranslate2", tmp_path / "out")
+    result = cli("export", "-m", toy_run, "--to", "ctranslate2", "-o", tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "model.bin").is_file()
     newer = tmp_path / "newer"
     newer.mkdir()
     config = (toy_run / "config.json").read_text().replace('"format": 1', '"format": 99')
     (newer / "config.json").write_text(config)
-    result = cli("export", newer, "--to", "ctranslate2", tmp_path / "none")
+    result = cli("export", "-m", newer, "--to", "ctranslate2", "-o", tmp_path / "none")
     assert_one_line_error(result, "run format 99")
     assert not (tmp_path / "none").exists()
-    usage = cli("export", toy_run, "--to", "onnx", tmp_path / "x")
+    usage = cli("export", "-m", toy_run, "--to", "onnx", "-o", tmp_path / "x")
     assert usage.exit_code == 2 and "use ctranslate2 or hf" in usage.output

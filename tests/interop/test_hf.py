@@ -101,7 +101,7 @@ def test_an_untied_silu_run_with_an_output_bias_exports_exactly(tmp_path, make_r
 def test_a_pre_ln_run_is_refused_in_one_line_naming_the_ctranslate2_route(
     pre_ln_learned_run, tmp_path
 ):
-    result = cli("export", pre_ln_learned_run, "--to", "hf", tmp_path / "out")
+    result = cli("export", "-m", pre_ln_learned_run, "--to", "hf", "-o", tmp_path / "out")
     assert_one_line_error(result, "pre-LN", "--to ctranslate2")
     assert list(tmp_path.iterdir()) == []
 

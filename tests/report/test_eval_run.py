@@ -43,11 +43,13 @@ runner = CliRunner()
 
 def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_run):
     json_path, hyp_path = tmp_path / "report.json", tmp_path / "hyps.txt"
-    result = runner.invoke(
-        app,
-        ["eval", "-m", str(corpus_run), "--limit", "3", "--beam", "2", "--json", str(json_path),
-         "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1", "--quiet"],
-    )  # fmt: skip
+    args = ["eval", "-m", str(corpus_run), "--limit", "3", "--beam", "2", "--device", "cpu",
+            "--threads", "1", "--quiet"]  # fmt: skip
+    written = runner.invoke(
+        app, [*args, "--json", "-o", str(json_path), "--hypotheses", str(hyp_path)]
+    )
+    assert written.exit_code == 0 and written.stdout == "", written.output
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(json_path.read_text())
     assert list(data) == [f.name for f in dataclasses.fields(EvalReport)]
@@ -62,16 +64,16 @@ def test_eval_prints_the_report_and_writes_json_and_hypotheses(tmp_path, corpus_
     assert result.stdout.index("1. Teacher") < result.stdout.index("2. Free")  # as numbered
 
 
-def test_eval_report_names_the_precision_in_effect(tmp_path, corpus_run):
-    json_path = tmp_path / "report.json"
-    result = runner.invoke(
-        app,
-        ["eval", "-m", str(corpus_run), "--limit", "1", "--beam", "1", "--json", str(json_path),
-         "--device", "cpu", "--precision", "bf16", "--threads", "1", "--quiet"],
-    )  # fmt: skip
+def test_eval_report_names_the_precision_in_effect(corpus_run):
+    """--json prints the report's JSON on stdout; without it, the text names the same precision."""
+    args = ["eval", "-m", str(corpus_run), "--limit", "1", "--beam", "1", "--device", "cpu",
+            "--precision", "bf16", "--threads", "1", "--quiet"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(json_path.read_text())["source"]["precision"] == "bf16 autocast"
-    assert "cpu bf16 autocast, 1 CPU thread" in result.stdout
+    assert json.loads(result.stdout)["source"]["precision"] == "bf16 autocast"
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "cpu bf16 autocast, 1 CPU thread" in text.stdout
 
 
 def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
@@ -83,8 +85,8 @@ def test_eval_split_all_scores_a_whole_file_in_its_order(tmp_path, corpus_run):
     result = runner.invoke(
         app,
         ["eval", "-m", str(corpus_run), "--data", str(data), "--split", "all", "--beam", "1",
-         "--json", str(json_path), "--hyp", str(hyp_path), "--device", "cpu", "--threads", "1",
-         "--quiet"],
+         "--json", "-o", str(json_path), "--hypotheses", str(hyp_path), "--device", "cpu",
+         "--threads", "1", "--quiet"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads(json_path.read_text())

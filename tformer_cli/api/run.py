@@ -20,7 +20,7 @@ from tformer_cli.api.display import (
     TraceView,
     Translation,
 )
-from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs
+from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs, resolve_run
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.corpus import toy_corpus_dir
@@ -130,7 +130,7 @@ class Run:
 
     def __init__(self, loaded: list[LoadedRun], alpha: float | None = None) -> None:
         self.loaded = loaded
-        self.alpha = loaded[0].config.train.beam_alpha if alpha is None else alpha
+        self.alpha = length_penalty(alpha, loaded[0].config)
 
     @property
     def path(self) -> Path:
@@ -325,14 +325,31 @@ def precision_of(run: LoadedRun) -> str:
     return {torch.bfloat16: "bf16", torch.qint8: "int8"}.get(run.dtype, "fp32")  # type: ignore[arg-type]
 
 
+def length_penalty(alpha: float | None, run: RunConfig | Path | None) -> float:
+    """The GNMT alpha of beam search: ``alpha`` if given, else the run's own ``beam_alpha``
+    (``run``: its config, or its folder or name, default the newest run). The one rule that
+    the commands and the API follow."""
+    if alpha is not None:
+        return alpha
+    config = run if isinstance(run, RunConfig) else RunConfig.load(resolve_run(run))
+    return config.train.beam_alpha
+
+
+def own_precision(run: Path | None) -> str:
+    """The precision a run (default: the newest) was trained with: what every command and
+    ``load`` decode it with unless told otherwise."""
+    return RunConfig.load(resolve_run(run)).train.precision
+
+
 def load(
     run: PathLike | Sequence[PathLike] | None = None, *, device: str = "auto",
     precision: str | None = None, compile: str = "auto", alpha: float | None = None,
 ) -> Run:  # fmt: skip
     """A run ready to translate: a folder or a name under ``runs/`` (default: the newest run);
     several runs sharing a tokenizer load as an ensemble. ``precision``: fp32, bf16, auto or
-    int8 (CPU); default fp32, as ``tformer translate``. ``alpha``: the length penalty, default
-    the run's ``beam_alpha``. Changes no process-wide setting (see ``tformer_cli.setup``)."""
+    int8 (CPU); default the (first) run's own, as ``tformer translate``. ``alpha``: the length
+    penalty, default the run's ``beam_alpha``. Changes no process-wide setting (see
+    ``tformer_cli.setup``)."""
     many = list(run) if isinstance(run, (list, tuple)) else [run]
     paths = [as_path(r, "run") for r in many]
     for name, value in (("device", device), ("compile", compile)):
@@ -340,5 +357,7 @@ def load(
             raise TformerError(f"{name}: a str, not {type(value).__name__}")
     if alpha is not None and (not isinstance(alpha, (int, float)) or alpha < 0):
         raise TformerError(f"alpha: a number >= 0, not {alpha!r}")
-    loaded = load_runs(None if paths == [None] else paths, device, precision or "fp32", compile)  # type: ignore[arg-type]
+    models = None if paths == [None] else paths
+    precision = precision or own_precision(paths[0])
+    loaded = load_runs(models, device, precision, compile)  # type: ignore[arg-type]
     return Run(loaded, alpha)

@@ -11,8 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, load, threads_kept
-from tformer_cli.checkpoint import RunConfig, resolve_run
+from tformer_cli.api.run import PathLike, Run, as_path, length_penalty, load, threads_kept
 from tformer_cli.config import DecodeConfig, load_recipe
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import TformerError
@@ -93,8 +92,8 @@ def compare(
     """``tformer compare``: the runs on the same data with paired significance tests (the first
     is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints the tables."""
     paths = [as_path(r, "runs") for r in runs]
-    if alpha is None and paths:
-        alpha = RunConfig.load(resolve_run(paths[0])).train.beam_alpha
+    if paths:  # the first run's own unless given
+        alpha = length_penalty(alpha, paths[0])
     cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
     with threads_kept():
         request = EvalRequest(data=data, split=split, limit=limit, config=cfg)

@@ -318,11 +318,16 @@ def run_dir(tmp_path, make_run, monkeypatch):
 def test_command_prints_heatmaps_and_writes_files(run_dir, tmp_path):
     svg, js = tmp_path / "a.svg", tmp_path / "a.json"
     args = ["inspect-attention", "red cat dog", "-m", str(run_dir), "--no-align", "--beam", "2"]
-    result = runner.invoke(app, [*args, "--save", str(svg), "--json", str(js)])
+    result = runner.invoke(app, [*args, "--save", str(svg)])
     assert result.exit_code == 0, result.output
     assert "L2 H4" in result.stdout and "cross attention per head" in result.stdout  # 80 columns
     assert ET.fromstring(svg.read_text(encoding="utf-8")) is not None
+    written = runner.invoke(app, [*args, "--json", "-o", str(js)])
+    assert written.exit_code == 0 and written.stdout == "", written.output
     assert json.loads(js.read_text(encoding="utf-8"))["src_tokens"][-1] == "</s>"
+    printed = runner.invoke(app, [*args, "--json"])  # the same JSON on stdout
+    assert printed.exit_code == 0, printed.output
+    assert json.loads(printed.stdout) == json.loads(js.read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize(
@@ -351,7 +356,7 @@ def test_command_follows_the_best_beam_hypothesis(run_dir, tmp_path):
 
     js = tmp_path / "a.json"
     args = ["inspect-attention", "red cat dog", "-m", str(run_dir), "-k", "3", "--no-align"]
-    assert runner.invoke(app, [*args, "--json", str(js)]).exit_code == 0
+    assert runner.invoke(app, [*args, "--json", "-o", str(js)]).exit_code == 0
     run = load_run(run_dir, "cpu")
     src = torch.tensor([[*encode(run.tokenizer, ["red cat dog"])[0], EOS_ID]])
     best = search(run.model, src, DecodeConfig(beam=3))[0][0]

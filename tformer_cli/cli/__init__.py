@@ -1,0 +1,38 @@
+"""The `tformer` command line: options, help text and error messages. The work happens elsewhere.
+
+``app`` is the Typer application (``cli.app``); each command lives in the module of its group
+(``train``, ``decode``, ``evaluate``, ``tools``), which registers it on import."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import typer
+
+from tformer_cli.cli import decode, evaluate, tools, train
+from tformer_cli.cli.app import app, err, out, own_precision, tokenizer_app
+from tformer_cli.errors import TformerError
+
+__all__ = ["app", "decode", "err", "evaluate", "main", "out", "own_precision", "tools", "train"]
+
+
+def reflow_help(*apps: typer.Typer) -> None:
+    """Join each help paragraph's lines, so the terminal wraps them (Typer keeps a docstring's
+    line breaks, which made ragged lines in an 80-column terminal)."""
+    for typer_app in apps:
+        for info in typer_app.registered_commands:
+            doc = inspect.getdoc(info.callback) or ""
+            info.help = "\n\n".join(" ".join(p.split("\n")) for p in doc.split("\n\n"))
+
+
+reflow_help(app, tokenizer_app)
+
+
+def main() -> None:
+    """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
+    from tformer_cli.device import setup
+
+    with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that
+        setup()  # set threads (loading a run, training) say so, on one line, as before
+    app(prog_name="tformer")

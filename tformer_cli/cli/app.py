@@ -1,0 +1,221 @@
+"""The `tformer` application: its groups, how every command parses and fails (one-line errors,
+exit codes), the old spellings kept for a release, and where results print."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tformer_cli import __version__
+from tformer_cli.cli.help import examples, lay_out
+from tformer_cli.errors import TformerError
+
+if TYPE_CHECKING:
+    from tformer_cli.checkpoint import LoadedRun
+    from tformer_cli.config import DecodeConfig
+    from tformer_cli.decode.translate import SourcesEngine
+
+F = TypeVar("F", bound=Callable[..., Any])
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+class Group(typer.core.TyperGroup):
+    """``tformer`` and ``tformer tokenizer``: their options laid out as the commands' are."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)
+        lay_out("", params)
+        return params
+
+
+app = typer.Typer(
+    name="tformer",
+    help="Train, run and study a from-scratch Transformer for machine translation.",
+    no_args_is_help=True,
+    add_completion=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings=HELP,
+    cls=Group,
+)
+tokenizer_app = typer.Typer(
+    help="Try subword tokenizers on a corpus before training (tformer train makes its own).",
+    no_args_is_help=True,
+    context_settings=HELP,
+    cls=Group,
+)
+app.add_typer(tokenizer_app, name="tokenizer")
+
+
+err = Console(stderr=True, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def friendly_errors(fn: F) -> F:
+    """Print a ``TformerError`` as one line on stderr, exit 1 (traceback with TFORMER_DEBUG=1)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TformerError as e:
+            if os.environ.get("TFORMER_DEBUG"):
+                raise
+            err.print(f"[bold red]Error:[/] {escape(str(e))}", highlight=False)
+            raise typer.Exit(1) from None
+        except BrokenPipeError:  # our reader left (`tformer translate ... | head`): stop quietly
+            with contextlib.suppress(OSError, ValueError):  # and no second error at exit's flush
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports `cat | head`
+        except OSError as e:  # a file we were told to read or write: name it, no traceback
+            if os.environ.get("TFORMER_DEBUG"):
+                raise
+            where = f" ({e.filename})" if e.filename else ""
+            message = escape(f"{e.strerror or e}{where}")
+            err.print(f"[bold red]Error:[/] {message}", highlight=False)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# Old spellings that keep working for one release, each with a one-line notice on stderr.
+RENAMED = {"tokenizer train": {"--kind": "--tokenizer"}, "eval": {"--hyp": "--hypotheses"}}
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one-line notice of an old spelling that still works, for one release."""
+    err.print(f"note: {old} is deprecated (it goes in the next release): use {new}", markup=False)
+
+
+class Command(typer.core.TyperCommand):
+    """Every command's parsing: the old spellings of ``RENAMED`` rewritten (with a notice), and
+    ``--json FILE`` (``--json`` is a flag now) stopped with a usage error pointing to ``-o``."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        renamed = RENAMED.get(" ".join(ctx.command_path.split()[1:]), {})
+        for i, arg in enumerate(args[:end]):
+            name, eq, value = arg.partition("=")
+            if name in renamed:
+                deprecated(name, renamed[name])
+                args[i] = renamed[name] + eq + value
+            following = args[i + 1] if i + 1 < end else ""
+            if arg == "--json" and following.lower().endswith(".json"):
+                err.print(
+                    f"Error: --json is a flag (JSON on stdout): write it to a file with --json -o"
+                    f" {following}",
+                    markup=False,
+                )
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        """The options, laid out for an 80-column help page (``cli.help``), with examples."""
+        params = super().get_params(ctx)
+        command = " ".join(ctx.command_path.split()[1:])
+        lay_out(command, params)
+        self.epilog = self.epilog or examples(command)
+        return params
+
+
+def positional(value: Any, option: Any, old: str, new: str) -> Any:
+    """A run (or file) given the old way, as an argument (kept for one release, with a notice),
+    or the new way, as an option; both at once is a usage error."""
+    if value is None or value == []:
+        return option
+    if option is not None and option != []:
+        raise typer.BadParameter(f"give it once: {new}", param_hint=new.split()[-2])
+    deprecated(old, new)
+    return value
+
+
+def own_precision(precision: str | None, models: Sequence[Path] | None) -> str:
+    """``--precision`` if given, else the precision the (first) run was trained with."""
+    from tformer_cli.api.run import own_precision as of_run
+
+    return precision or of_run(models[0] if models else None)
+
+
+@contextlib.contextmanager
+def destination(output: Path | None) -> Iterator[Console]:
+    """Where a command prints its result: stdout, or ``output`` (``-o FILE``), written whole at
+    the end."""
+    if output is None:
+        yield out
+        return
+    from tformer_cli.files import atomic_write_text
+
+    buffer = io.StringIO()
+    yield Console(file=buffer, width=out.width, highlight=False, soft_wrap=True, no_color=True)
+    atomic_write_text(output, buffer.getvalue())
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"tformer {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Train, run and study a from-scratch Transformer for machine translation."""
+
+
+# ---------------------------------------------------------------------------- engines
+@contextlib.contextmanager
+def interop_packages() -> Iterator[None]:
+    """A missing package of the interop routes as a one-line error naming what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise TformerError(
+            f"{e.name} is not installed: pip install ctranslate2 transformers sentencepiece"
+            " protobuf (or tformer's dev extra)"
+        ) from None
+
+
+def check_engine(engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True) -> None:
+    """A usage error for an unknown ``--engine``, or for a search ``cfg`` of ``runs`` runs that
+    CTranslate2 cannot do (``engine.refusal``), before anything is loaded."""
+    from tformer_cli.decode.translate import ENGINES
+
+    if engine not in ENGINES:
+        raise typer.BadParameter(f"{engine!r}: use torch or ctranslate2", param_hint="--engine")
+    if engine == "ctranslate2" and cfg is not None:
+        with interop_packages():
+            from tformer_cli.interop.engine import refusal
+
+        why = refusal(cfg, runs, cache)
+        if why is not None:
+            raise typer.BadParameter(why, param_hint="--engine")
+
+
+def load_engine(engine: str, run: LoadedRun) -> SourcesEngine | None:
+    """The run's CTranslate2 engine (its export made on first use) for ``--engine
+    ctranslate2``; ``None`` (tformer's search) for torch."""
+    if engine == "torch":
+        return None
+    with interop_packages():
+        from tformer_cli.interop.engine import ctranslate2_engine
+
+        return ctranslate2_engine(run)

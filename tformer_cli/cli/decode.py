@@ -1,0 +1,407 @@
+"""`tformer translate` and `tformer inspect-attention`."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from tformer_cli.cli.app import (
+    Command,
+    app,
+    check_engine,
+    destination,
+    err,
+    friendly_errors,
+    load_engine,
+    out,
+    own_precision,
+)
+from tformer_cli.cli.options import (
+    MAX_BEAM,
+    MAX_HYPOTHESES,
+    Compile,
+    Device,
+    Engine,
+    Epsilon,
+    Mbr,
+    MbrFrom,
+    MbrUtility,
+    MinLen,
+    ModelDir,
+    Models,
+    Output,
+    Quiet,
+    RunPrecision,
+    Sample,
+    Temperature,
+    TopK,
+    TopP,
+    declared,
+    with_options,
+)
+from tformer_cli.config import (
+    MAX_SEED,
+    DecodeConfig,
+    SamplingConfig,
+)
+from tformer_cli.console import make_progress
+from tformer_cli.errors import TformerError
+
+
+# ---------------------------------------------------------------------------- translate
+def search_config(
+    beam: int,
+    alpha: float,
+    sample: bool,
+    sampling: tuple[float, int | None, float | None, float | None],
+    mbr: int,
+    mbr_from: str,
+    mbr_utility: str,
+    **rest: Any,
+) -> DecodeConfig:
+    """The search of translate and eval: beam (``beam`` 1: greedy), ``--sample`` (the
+    ``sampling`` settings: temperature, top-k, top-p, epsilon) or ``--mbr`` over samples or
+    the beam's n-best; ``rest``: the other ``DecodeConfig`` fields. A sampling setting given
+    where nothing is sampled is an error, not ignored."""
+    draws = sample or (mbr > 0 and mbr_from == "sample")
+    if not draws and sampling != (1.0, None, None, None):
+        raise TformerError(
+            "--temperature, --top-k, --top-p and --epsilon need --sample or --mbr (from samples)"
+        )
+    return DecodeConfig(
+        beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
+        sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
+    )  # fmt: skip
+
+
+def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
+    """``--alpha`` if given, else the first run's (the newest run's by default): the API's rule."""
+    from tformer_cli.api.run import length_penalty
+
+    return length_penalty(alpha, models[0] if models else None)
+
+
+def read_inputs(
+    texts: list[str] | None, file: Path | None
+) -> tuple[Iterable[str], int | None] | None:
+    """The texts to translate and their count if known: the arguments, the lines of a file
+    (``-``: stdin) or of piped stdin, read as they come; ``None``: ask on the terminal."""
+    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
+
+    if texts and file is not None:
+        raise TformerError("give sentences or --file, not both")
+    if texts:
+        return check_arguments(texts), len(texts)
+    if file is not None and str(file) != "-":
+        return file_lines(file), count_lines(file)
+    if file is None and sys.stdin.isatty():
+        return None
+    return read_lines(sys.stdin.buffer, "stdin"), None
+
+
+def write_trace(path: Path, runs: list[Any], texts: list[str], cfg: DecodeConfig) -> None:
+    """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
+    from tformer_cli.api import Run
+    from tformer_cli.files import atomic_write_text
+
+    if not texts or cfg.sampling is not None or cfg.mbr:
+        raise TformerError("--trace follows the search of a sentence given as an argument")
+    traced = Run(runs, cfg.alpha).trace(texts[0], beam=cfg.beam, top=cfg.beam + 5)
+    atomic_write_text(path, traced.to_json() + "\n")
+
+
+# Every option of tformer translate, in the order of its help.
+TRANSLATE = declared(
+    texts=(Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")], None),
+    model=(Models, None),
+    file=(
+        Annotated[
+            Path | None,
+            typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
+        ],
+        None,
+    ),
+    output=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--output",
+                "-o",
+                help="Write translations here (all at once, at the end), not stdout.",
+            ),
+        ],
+        None,
+    ),
+    beam=(Annotated[int, typer.Option("--beam", "-k", min=1, max=MAX_BEAM, help="Beam size.")], 5),
+    greedy=(Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")], False),
+    alpha=(
+        Annotated[
+            float | None,
+            typer.Option(
+                help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine"
+                " ctranslate2: / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless"
+                " its training set another."
+            ),
+        ],
+        None,
+    ),
+    nbest=(
+        Annotated[
+            int,
+            typer.Option(
+                min=1,
+                max=MAX_HYPOTHESES,
+                help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
+                " INDEX<TAB>SCORE<TAB>TEXT.",
+            ),
+        ],
+        1,
+    ),
+    sample=(Sample, False),
+    temperature=(Temperature, 1.0),
+    top_k=(TopK, None),
+    top_p=(TopP, None),
+    epsilon=(Epsilon, None),
+    seed=(
+        Annotated[
+            int, typer.Option(min=0, max=MAX_SEED, help="Seed of the samples (--sample, --mbr).")
+        ],
+        0,
+    ),
+    mbr=(Mbr, 0),
+    mbr_from=(MbrFrom, "sample"),
+    mbr_utility=(MbrUtility, "chrf"),
+    min_len=(MinLen, 0),
+    scores=(
+        Annotated[bool, typer.Option("--scores", help="Prefix each line with its score.")],
+        False,
+    ),
+    batch_size=(
+        Annotated[
+            int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
+        ],
+        None,
+    ),
+    max_tokens=(Annotated[int, typer.Option(min=1, help="Source tokens per batch.")], 4096),
+    chunk_size=(
+        Annotated[
+            int,
+            typer.Option(
+                min=1,
+                max=1_000_000,
+                help="Lines read, translated (sorted by length into batches) and written at a time:"
+                " output flows before the input ends, and memory does not grow with it.",
+            ),
+        ],
+        2000,
+    ),
+    max_len_a=(
+        Annotated[
+            float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
+        ],
+        1.5,
+    ),
+    max_len_b=(Annotated[int, typer.Option(max=100_000, help="Output length limit: b.")], 10),
+    no_cache=(
+        Annotated[
+            bool,
+            typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching)."),
+        ],
+        False,
+    ),
+    json_out=(
+        Annotated[
+            bool,
+            typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing."),
+        ],
+        False,
+    ),
+    trace=(
+        Annotated[
+            Path | None,
+            typer.Option(
+                help="Write the step-through search of the first text as JSON here: each step's"
+                " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
+            ),
+        ],
+        None,
+    ),
+    device=(Device, "auto"),
+    precision=(
+        Annotated[
+            str | None,
+            typer.Option(
+                help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the"
+                " precision the run was trained with."
+            ),
+        ],
+        None,
+    ),
+    compile=(Compile, "auto"),
+    engine=(Engine, "torch"),
+    quiet=(Quiet, False),
+)
+
+
+@app.command(cls=Command)
+@friendly_errors
+@with_options(TRANSLATE)
+def translate(ctx: typer.Context, **values: Any) -> None:
+    """Translate sentences (beam search with a KV cache; results in input order).
+
+    Reads the texts given, else --file, else piped stdin, as UTF-8 lines ending in a newline:
+    one output line per input line. Translates --chunk-size lines at a time, each chunk sorted
+    by length into batches, and writes each chunk's translations as soon as they are ready. On
+    a terminal with nothing given it asks for sentences one by one.
+    """
+    from tformer_cli.api.run import length_penalty
+    from tformer_cli.checkpoint import load_runs
+    from tformer_cli.decode.streams import (
+        format_translations,
+        save_translations,
+        translate_chunks,
+        write_translations,
+    )
+    from tformer_cli.decode.translate import Batching, translate_texts
+    from tformer_cli.device import oom_hint
+
+    v = SimpleNamespace(**values)
+    if v.greedy and (v.sample or v.mbr):
+        raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
+    k = 1 if v.greedy else v.beam
+    if v.nbest > k and not (v.sample or v.mbr):
+        raise typer.BadParameter(
+            f"--nbest {v.nbest} needs --beam >= {v.nbest}", param_hint="--nbest"
+        )
+    cfg = search_config(  # without --alpha: 0 until the run's is read, once the run is loaded
+        k, 0.0 if v.alpha is None else v.alpha, v.sample,
+        (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
+        max_len_a=v.max_len_a, max_len_b=v.max_len_b, nbest=v.nbest, min_len=v.min_len,
+        seed=v.seed,
+    )  # fmt: skip
+    check_engine(v.engine, cfg, len(v.model or [None]), cache=not v.no_cache)
+    if v.trace is not None and v.engine == "ctranslate2":
+        raise typer.BadParameter(
+            "CTranslate2 cannot trace a search: use --engine torch", param_hint="--engine"
+        )
+    inputs = read_inputs(v.texts, v.file)
+    run = load_runs(v.model, v.device, own_precision(v.precision, v.model), v.compile)
+    if v.alpha is None:  # the first run's
+        cfg = dataclasses.replace(cfg, alpha=length_penalty(None, run[0].config))
+    if v.trace is not None:
+        write_trace(v.trace, run, v.texts or [], cfg)
+    decoder = load_engine(v.engine, run[0])
+    style = "json" if v.json_out else "nbest" if v.nbest > 1 else "scores" if v.scores else "plain"
+    if inputs is None:  # a terminal and nothing to read: ask
+        err.print("Type a sentence and press Enter; Ctrl-D quits.")
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:  # Ctrl-D: end the prompt's line
+                err.print()
+                return
+            batching = Batching(use_cache=not v.no_cache)
+            result = translate_texts(run, [line], cfg, batching, engine=decoder)
+            out.print(format_translations(result, style)[0], markup=False)
+    lines, total = inputs
+    few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
+    with (
+        make_progress("translate", err, disable=v.quiet or few) as progress,
+        oom_hint(v.max_tokens),
+    ):
+        task = progress.add_task("translate", total=total, info="")
+        chunks = translate_chunks(
+            run, lines, cfg, Batching(v.max_tokens, v.batch_size, not v.no_cache),
+            chunk_size=v.chunk_size, on_batch=lambda n: progress.advance(task, n), engine=decoder,
+        )  # fmt: skip
+        if v.output is not None:
+            count = save_translations(v.output, chunks, style)
+        else:
+            count = write_translations(chunks, sys.stdout.buffer, style)
+    if not count and not v.quiet:
+        err.print("note: no input sentences: nothing to translate", markup=False)
+
+
+# ---------------------------------------------------------------------------- inspect-attention
+@app.command("inspect-attention", cls=Command)
+@friendly_errors
+def inspect_attention(
+    text: Annotated[str, typer.Argument(help="The sentence to translate and inspect.")],
+    model: ModelDir = None,
+    beam: Annotated[
+        int,
+        typer.Option(
+            "--beam", "-k", min=1, max=MAX_BEAM, help="Beam size (1 = greedy); the best is shown."
+        ),
+    ] = 1,
+    kind: Annotated[
+        str, typer.Option(help="cross (target -> source), encoder or decoder self-attention.")
+    ] = "cross",
+    layer: Annotated[str, typer.Option(help="Layer number (from 1), last or all.")] = "last",
+    head: Annotated[str, typer.Option(help="Head number (from 1), mean or all.")] = "all",
+    save: Annotated[
+        Path | None, typer.Option(help="Write a picture: .svg, .html (self-contained) or .png.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print every weight with its tokens as JSON instead.")
+    ] = False,
+    output: Output = None,
+    align: Annotated[
+        bool, typer.Option(help="Score cross-attention heads against the toy gold alignments.")
+    ] = True,
+    align_sentences: Annotated[
+        int, typer.Option(min=1, help="Toy test sentences for the alignment accuracy.")
+    ] = 200,
+    device: Device = "auto",
+    precision: RunPrecision = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
+) -> None:
+    """Translate a sentence and show what every attention head looks at.
+
+    Prints a heatmap per head (rows: target tokens, columns: source tokens for cross-attention)
+    and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
+    the head's strongest source word is the gold-aligned one on the toy test split.
+    """
+    from tformer_cli.report.attention.view import AttentionRequest
+    from tformer_cli.report.attention.view import inspect_attention as run_inspect
+
+    request = AttentionRequest(
+        kind=kind, layer=layer, head=head, beam=beam, align=align,
+        align_sentences=align_sentences, device=device,
+        precision=own_precision(precision, [model] if model else None),
+    )  # fmt: skip
+    log = Console(stderr=True, quiet=quiet, soft_wrap=True)
+    if not json_out:
+        with destination(output) as console:
+            run_inspect(text, model, request, console, log, save=save)
+        return
+    if output is not None:  # JSON to a file, the text to nowhere
+        run_inspect(
+            text, model, request, Console(file=io.StringIO()), log, save=save, json_path=output
+        )
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:  # JSON on stdout: the library writes files
+        written = Path(folder) / "attention.json"
+        quiet_log = Console(stderr=True, quiet=True)
+        run_inspect(
+            text,
+            model,
+            request,
+            Console(file=io.StringIO()),
+            quiet_log,
+            save=save,
+            json_path=written,
+        )
+        if save is not None:
+            log.print(f"wrote {save}", markup=False, highlight=False)
+        out.print(written.read_text(encoding="utf-8"), markup=False, end="")

@@ -1,0 +1,142 @@
+"""How every command's ``--help`` reads at 80 columns: options grouped in panels, plain metavars
+(``RUN``, ``FILE``, ``N``, the choices themselves), no type names, no bounds split across lines.
+One table for all commands, so the same option reads the same everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The panel of each option, by its parameter name; the rest stay under "Options".
+PANELS: dict[str, tuple[str, ...]] = {
+    "Data": ("data", "src", "tgt", "src_file", "tgt_file", "valid_src_file", "valid_tgt_file",
+             "split", "limit", "vocab_size", "tokenizer", "tokenizer_file"),
+    "Run": ("model", "preset", "name", "runs_dir", "resume", "init_from"),
+    "Model": ("d_model", "heads", "d_ff", "layers", "dropout", "positional", "norm", "tie"),
+    "Optimisation": ("max_len", "lr", "warmup", "decay", "label_smoothing", "clip_norm", "accum"),
+    "Stopping and checkpoints": ("max_steps", "epochs", "max_minutes", "valid_every",
+                                 "valid_bleu_size", "save_every", "patience", "average", "last"),
+    "Scheduled sampling": ("scheduled_sampling", "ss_k", "ss_min", "ss_warmup", "ss_mix",
+                           "ss_tau"),
+    "Search": ("beam", "greedy", "alpha", "beam_alpha", "nbest", "min_len", "max_len_a",
+               "max_len_b", "no_cache"),
+    "Sampling and MBR": ("sample", "temperature", "top_k", "top_p", "epsilon", "seed", "mbr",
+                         "mbr_from", "mbr_utility"),
+    "Attention": ("kind", "layer", "head", "align", "align_sentences"),
+    "Server": ("host", "port", "max_chars", "max_texts", "max_body", "max_beam", "timeout",
+               "wait_ms"),
+    "Export": ("to", "quantization"),
+    "Output": ("file", "output", "json_out", "scores", "trace", "save", "x", "hypotheses",
+               "tensorboard", "quiet"),
+    "Hardware": ("device", "precision", "compile", "threads", "batch_size", "max_tokens",
+                 "chunk_size"),
+    "Several processes": ("nproc", "nnodes", "rdzv_endpoint"),
+}  # fmt: skip
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+PANEL_IN = {("train", "seed"): "Run", ("train", "max_tokens"): "Optimisation"}
+
+# Options whose values are a fixed set (checked by the library, with its one-line errors).
+CHOICES = {
+    "tokenizer": "bpe|unigram|wordlevel",
+    "positional": "sinusoidal|learned",
+    "norm": "post|pre",
+    "decay": "rsqrt|linear|cosine|auto",
+    "scheduled_sampling": "SCHEDULE",  # too wide for the column: the help lists them
+    "ss_mix": "argmax|sample",
+    "device": "auto|cpu|cuda|mps",
+    "compile": "auto|on|off",
+    "mbr_from": "sample|beam",
+    "mbr_utility": "chrf|bleu",
+    "split": "train|valid|test|all",
+    "x": "updates|time",
+    "kind": "KIND",  # beside --align/--no-align, too wide: the help lists them
+    "to": "ctranslate2|hf",
+    "layer": "N|last|all",
+    "head": "N|mean|all",
+    "nnodes": "N|MIN:MAX",
+    "rdzv_endpoint": "HOST:PORT",
+    "host": "HOST",
+    "quantization": "TYPE",
+}
+RUNS = {"model", "resume", "init_from"}
+FOLDERS = {"runs_dir", "tensorboard", "folder"}
+
+
+def metavar(command: str, param: Any) -> str:
+    """The plain metavar of a parameter: empty for a flag, RUN/DIR/FILE for paths, N for
+    integers, X for numbers, the choices for a fixed set, TEXT otherwise."""
+    name = param.name
+    if getattr(param, "is_flag", False):
+        return ""
+    if name == "precision":
+        return "fp32|bf16|auto|int8" if "int8" in (param.help or "") else "fp32|bf16|auto"
+    if name in CHOICES:
+        return CHOICES[name]
+    if name in RUNS:
+        return "RUN"
+    if name in FOLDERS or (command == "export" and name == "output"):
+        return "DIR"
+    described = getattr(param, "type_descriptor", None)  # typer >= 0.2x; else click's type
+    if described is None:
+        kind = getattr(getattr(param, "type", None), "name", "")
+        return {"path": "FILE", "integer": "N", "float": "X"}.get(
+            kind.split()[0] if kind else "", "TEXT"
+        )
+    if described.is_path:
+        return "FILE"
+    return {int: "N", float: "X"}.get(described.annotation, "TEXT")
+
+
+def lay_out(command: str, params: list[Any]) -> None:
+    """Give each option of ``command`` its panel and plain metavar, and show no bounds in the
+    type column (an out-of-range value names them) and no type beside an argument."""
+    for param in params:
+        if param.param_type_name == "argument":  # its name says what it is: no type column
+            param.display_type_rich = lambda ctx: None
+            if not param.required:  # a required one shows its name as it is
+                param.metavar = param.metavar or param.name.upper()
+        if param.param_type_name != "option":
+            continue
+        if param.metavar is None:
+            param.metavar = metavar(command, param)
+        panel = PANEL_IN.get((command, param.name)) or PANEL_OF.get(param.name)
+        if panel and getattr(param, "rich_help_panel", None) is None:
+            param.rich_help_panel = panel
+        param._get_number_range_help_str = lambda: None
+
+
+# Two examples in each command's help (the epilog), from the toy run that `tformer train` makes.
+EXAMPLES = {
+    "train": ("tformer train --name toy", "tformer train --preset multi30k --max-minutes 60"),
+    "average": ("tformer average -m toy --last 5", "tformer average -m toy -o runs/toy/model.pt"),
+    "translate": (
+        "tformer translate -m toy 'the dog sees the cat .'",
+        "tformer translate -m toy -k 5 --nbest 3 --json -f input.txt -o out.jsonl",
+    ),
+    "inspect-attention": (
+        "tformer inspect-attention -m toy 'the dog sees the cat .'",
+        "tformer inspect-attention -m toy 'the cat .' --save maps.html --json -o maps.json",
+    ),
+    "eval": ("tformer eval -m toy", "tformer eval -m toy --limit 200 --json -o report.json"),
+    "runs": ("tformer runs", "tformer runs --json"),
+    "show": ("tformer show -m toy", "tformer show -m toy --save curves.svg"),
+    "compare": ("tformer compare -m toy -m small", "tformer compare -m toy -m small --json"),
+    "serve": ("tformer serve -m toy", "tformer serve -m toy --host 0.0.0.0 --port 8080"),
+    "export": (
+        "tformer export -m toy --to ctranslate2 -o ct2-toy",
+        "tformer export -m toy --to hf -o hf-toy",
+    ),
+    "import": (
+        "tformer import hf:Helsinki-NLP/opus-mt-de-en",
+        "tformer import ./marian --name mine",
+    ),
+    "tokenizer train": (
+        "tformer tokenizer train -o tok.json --vocab-size 1000",
+        "tformer tokenizer train -o tok.json --data toy --tokenizer unigram",
+    ),
+}
+
+
+def examples(command: str) -> str | None:
+    """The epilog of ``command``: its examples, one paragraph each."""
+    lines = EXAMPLES.get(command)
+    return "\n\n".join(["Examples:", *(f"$ {line}" for line in lines)]) if lines else None

@@ -1,0 +1,199 @@
+"""`tformer serve`, `export`, `import` and `tokenizer train`."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tformer_cli.cli.app import (
+    Command,
+    app,
+    check_engine,
+    err,
+    friendly_errors,
+    interop_packages,
+    out,
+    positional,
+    tokenizer_app,
+)
+from tformer_cli.cli.options import (
+    MAX_BEAM,
+    Device,
+    Engine,
+    ModelDir,
+    Quiet,
+    RunPrecision,
+    T,
+)
+from tformer_cli.config import (
+    MAX_VOCAB,
+)
+
+
+# ---------------------------------------------------------------------------- serve
+@app.command("serve", cls=Command)
+@friendly_errors
+def serve_command(
+    model: ModelDir = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: all).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Source tokens gathered into one decoding batch.")
+    ] = 4096,
+    wait_ms: Annotated[
+        float, typer.Option(min=0, help="How long a batch waits for more requests (ms).")
+    ] = 5.0,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
+    max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
+    max_body: Annotated[int, typer.Option(min=1, help="Bytes per request body.")] = 1 << 20,
+    max_beam: Annotated[
+        int, typer.Option(min=1, max=MAX_BEAM, help="Largest beam (and n-best).")
+    ] = 16,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="Seconds a request may wait and run (then 503).")
+    ] = 30.0,
+    device: Device = "auto",
+    precision: RunPrecision = None,
+    engine: Engine = "torch",
+    quiet: Quiet = False,
+) -> None:
+    """Serve translations and attention maps over HTTP, with a page to explore them at /.
+
+    POST /translate answers with the objects of translate --json, POST /attention with those of
+    inspect-attention --json; GET /health, GET /model; the API's own page is /docs. Requests
+    that arrive together are decoded in one batch. Needs the serve extra.
+    """
+    from tformer_cli.serve import Limits, serve
+
+    check_engine(engine, None)
+    limits = Limits(max_chars, max_texts, max_body, max_beam, timeout)
+    with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
+        serve(
+            model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
+            wait_ms=wait_ms, device=device, precision=precision, engine=engine, quiet=quiet,
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- export, import
+@app.command("export", cls=Command)
+@friendly_errors
+def export_command(
+    to: Annotated[
+        str, typer.Option("--to", help="ctranslate2, or hf (a MarianMTModel for transformers).")
+    ],
+    legacy: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Deprecated: use -m RUN -o DIR.", hidden=True, metavar="RUN"),
+    ] = None,
+    model: ModelDir = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Folder to write (new, or empty).", show_default=False),
+    ] = None,
+    quantization: Annotated[
+        str,
+        typer.Option(
+            help="CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
+            " int16, float16 or bfloat16."
+        ),
+    ] = "float32",
+) -> None:
+    """Export a run for deployment or sharing, its tokenizer with it.
+
+    ctranslate2: any run, for CTranslate2's fast decoding (exact: the same weights and position
+    table). hf: a run trained post-LN with sinusoidal positions (the toy recipe's), as a
+    Hugging Face MarianMTModel folder with a fast tokenizer and a generation config.
+    """
+    from tformer_cli.checkpoint import resolve_run
+
+    if to not in ("ctranslate2", "hf"):
+        raise typer.BadParameter(f"{to!r}: use ctranslate2 or hf", param_hint="--to")
+    if to == "hf" and quantization != "float32":
+        raise typer.BadParameter("quantizes CTranslate2 weights only", param_hint="--quantization")
+    if legacy:
+        if len(legacy) != 2:
+            raise typer.BadParameter("give -m RUN -o DIR", param_hint="RUN OUTPUT")
+        old, new = "tformer export RUN DIR", "tformer export -m RUN -o DIR"
+        model, output = positional(legacy[0], model, old, new), legacy[1]
+    if output is None:
+        raise typer.BadParameter("the folder to write: -o DIR", param_hint="--output")
+    run_dir = resolve_run(model)
+    with interop_packages():
+        if to == "ctranslate2":
+            from tformer_cli.interop.ct2 import export_ctranslate2
+
+            written = export_ctranslate2(run_dir, output, quantization)
+        else:
+            from tformer_cli.interop.hf import export_hf
+
+            written = export_hf(run_dir, output)
+    out.print(f"exported {run_dir} -> {written} ({to})", markup=False)
+
+
+@app.command("import", cls=Command)
+@friendly_errors
+def import_command(
+    source: Annotated[
+        str, typer.Argument(help="hf:NAME (a model on the Hugging Face Hub) or a model folder.")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="Run name. Default: the model's (its last path part).")
+    ] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
+) -> None:
+    """Import a Hugging Face Marian model (e.g. hf:Helsinki-NLP/opus-mt-de-en) as a run.
+
+    translate, eval (give --data: an import has no data of its own), inspect-attention, serve
+    and train --init-from use it as a trained run; tformer runs lists it as imported. Offline
+    (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache.
+    """
+    with interop_packages():
+        from tformer_cli.interop.hf import import_marian
+
+        run_dir = import_marian(source, runs_dir, name)
+    out.print(f"imported {source} -> {run_dir}", markup=False)
+
+
+# ---------------------------------------------------------------------------- tokenizer
+@tokenizer_app.command("train", cls=Command)
+@friendly_errors
+def tokenizer_train(
+    legacy: Annotated[
+        Path | None, typer.Argument(help="Deprecated: use -o FILE.", hidden=True, metavar="FILE")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write tokenizer.json.", show_default=False),
+    ] = None,
+    data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
+    src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
+    tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
+    vocab_size: Annotated[int, typer.Option(max=MAX_VOCAB, help="Vocabulary size.")] = T.vocab_size,
+    tokenizer: Annotated[
+        str, typer.Option(help="bpe, unigram or wordlevel. (Formerly --kind.)")
+    ] = "bpe",
+) -> None:
+    """Train a shared source+target tokenizer as tformer train would, and print its statistics
+    on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
+    --tokenizer choices before training a model."""
+    from tformer_cli.data.corpus import load_corpus
+    from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
+
+    output = positional(
+        legacy, output, "tformer tokenizer train FILE", "tformer tokenizer train -o FILE"
+    )
+    if output is None:
+        raise typer.BadParameter("where to write tokenizer.json: -o FILE", param_hint="--output")
+    corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
+    tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, tokenizer)
+    save_tokenizer(tok, output)
+    for side in ("src", "tgt"):
+        stats = tokenizer_stats(tok, corpus["valid"][side])
+        out.print(
+            f"valid {side}: {stats.sentences} sentences, {stats.avg_tokens:.1f} tokens/sentence,"
+            f" unknown rate {stats.unk_rate:.2%}"
+        )
+    out.print(f"vocabulary: {tok.get_vocab_size()} types -> {output}", markup=False)
