@@ -14,6 +14,7 @@ from tformer_cli.config import TrainConfig
 from tformer_cli.data import data_cache
 from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
+from tformer_cli.data.split import ArrowColumn
 from tformer_cli.data.tokenizer import encode, load_tokenizer, train_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.training.setup import prepare
@@ -130,7 +131,10 @@ def test_encoded_splits_are_arrow_files_of_int32_lists_and_strings(tmp_path, tin
     with pa.memory_map(str(entry / "valid.arrow")) as source:
         table = pa.ipc.open_file(source).read_all()
         assert table.schema == SCHEMA
-        assert table.column("src").to_pylist() == splits["valid"][0]
+        assert table.column("src").to_pylist() == list(splits["valid"].src)
+        assert table.column("ref").to_pylist() == list(splits["valid"].refs)
+    train = splits["train"]
+    assert all(isinstance(c, ArrowColumn) for c in (train.src, train.tgt, train.refs))
     assert load_tokenizer(path).get_vocab_size() <= 60
 
 

@@ -29,6 +29,7 @@ from datasets import DatasetDict
 
 from tformer_cli import __version__
 from tformer_cli.data.corpus import SPLITS, corpus_fingerprint
+from tformer_cli.data.split import ArrowColumn, Split
 from tformer_cli.data.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
 from tformer_cli.errors import TformerError
 
@@ -38,8 +39,6 @@ TOKENIZER = "tokenizer.json"
 SCHEMA = pa.schema(
     [("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32())), ("ref", pa.string())]
 )
-
-Encoded = tuple[list[list[int]], list[list[int]], list[str]]  # (src ids, tgt ids, references)
 
 
 class DataCache:
@@ -64,12 +63,18 @@ class DataCache:
         _write_entry(entry, lambda tmp: tok.save(str(tmp / TOKENIZER)))
         return entry / TOKENIZER, False
 
-    def encoded(self, tokenizer_path: Path) -> tuple[dict[str, Encoded], Path, bool]:
-        """Every split encoded by the tokenizer in ``tokenizer_path``, from the cache or encoded
-        now and cached. Returns the splits, the entry and whether it was cached already."""
+    def encoded(self, tokenizer_path: Path) -> tuple[dict[str, Split], Path, bool]:
+        """Every split encoded by the tokenizer in ``tokenizer_path``, encoded now and cached on
+        a miss, as memory-mapped views of the entry's files (``read_split``). Returns the
+        splits, the entry and whether it was cached already."""
         entry = self._entry("encoded", hashlib.sha256(tokenizer_path.read_bytes()).hexdigest())
-        if entry.is_dir():
-            return {name: _read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, True
+        hit = entry.is_dir()
+        if not hit:
+            self._encode(tokenizer_path, entry)
+        return {name: read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, hit
+
+    def _encode(self, tokenizer_path: Path, entry: Path) -> None:
+        """Encode every split with the tokenizer in ``tokenizer_path`` into ``entry``."""
         tok = load_tokenizer(tokenizer_path)
         splits = {
             name: (
@@ -90,15 +95,18 @@ class DataCache:
                     writer.write_table(table)
 
         _write_entry(entry, write)
-        return splits, entry, False
 
 
-def _read_split(path: Path) -> Encoded:
+def read_split(path: Path) -> Split:
+    """The split in the Arrow file ``path``, memory-mapped: its columns are views of the file
+    (``ArrowColumn``), so the pages are read as rows are, and shared by every process that maps
+    the file."""
     try:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
-            src, tgt, refs = (table.column(name).to_pylist() for name in SCHEMA.names)
-            return src, tgt, refs
+        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+        if table.schema != SCHEMA:
+            raise pa.ArrowInvalid(f"schema {table.schema} is not {SCHEMA}")
+        src, tgt, refs = (ArrowColumn(table.column(name).chunks) for name in SCHEMA.names)
+        return Split(src, tgt, refs)
     except (OSError, pa.ArrowInvalid) as e:
         raise TformerError(f"{path} is corrupt ({e}); delete {path.parent} to rebuild it") from None
 

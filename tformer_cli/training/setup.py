@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.console import Console
 
@@ -20,7 +21,7 @@ from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.corpus import kept_data, load_corpus
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
-from tformer_cli.data.split import Split, fits_positions
+from tformer_cli.data.split import Split, fits_positions, lengths
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.device import resolve_device
 from tformer_cli.errors import TformerError
@@ -254,38 +255,41 @@ def prepare(
         console.log(f"{how}: {tok.get_vocab_size()} types")
     encoded, entry, hit = cache.encoded(tok_path)
     if hit:
-        n = sum(len(refs) for _, _, refs in encoded.values())
+        n = sum(len(split.refs) for split in encoded.values())
         console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
     else:
         console.log(f"tokenized data: cached at {entry}")
-    splits = {}
-    for name, (src, tgt, refs) in encoded.items():
-        if name == "train":
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
-                )
-            if not keep:  # the caller removes the new run folder, as for bad data
-                raise TformerError(
-                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
-                    " on a side (--max-len)"
-                )
-        else:
-            longest = max_positions - 1  # room for </s> (source) or <s> (target)
-            keep = fits_positions(src, tgt, max_positions)
-            if src and not keep:
-                raise TformerError(
-                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
-                )
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
-                    f" {longest} tokens"
-                )
-        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
-        splits[name] = Split(src, tgt, refs)
-    return tok, splits
+    return tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
+                 for name, split in encoded.items()}  # fmt: skip
+
+
+def kept_pairs(
+    name: str, split: Split, max_len: int, max_positions: int, log: Callable[[str], None]
+) -> Split:
+    """The pairs of split ``name`` that training reads: training pairs under ``max_len`` tokens
+    a side, validation/test pairs that fit the model's positions (``fits_positions``, as
+    ``tformer eval`` keeps them); a split left empty is an error. The split itself where every
+    pair is kept, else a view through the kept indices (numpy, from the lengths alone)."""
+    n = len(split.refs)
+    if name == "train":
+        keep = np.flatnonzero(np.maximum(lengths(split.src), lengths(split.tgt)) < max_len)
+        if len(keep) < n:
+            log(f"skipped {n - len(keep)} training pairs over {max_len} tokens")
+        if not len(keep):  # the caller removes the new run folder, as for bad data
+            raise TformerError(
+                f"no training pairs left: all {n} have {max_len} tokens or more"
+                " on a side (--max-len)"
+            )
+    else:
+        longest = max_positions - 1  # room for </s> (source) or <s> (target)
+        keep = np.asarray(fits_positions(split.src, split.tgt, max_positions), dtype=np.int64)
+        if n and not len(keep):
+            raise TformerError(
+                f"every {name} pair ({n}) is longer than the model's {longest} tokens"
+            )
+        if len(keep) < n:
+            log(f"skipped {n - len(keep)} {name} pairs longer than the model's {longest} tokens")
+    return split if len(keep) == n else split.select(keep)
 
 
 def tensorboard_writer(folder: Path) -> Callable[[], Any]:
