@@ -237,6 +237,9 @@ def train(
         int, typer.Option(max=MAX_VOCAB, help="Shared subword vocabulary size.")
     ] = T.vocab_size,
     tokenizer: Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")] = T.tokenizer_kind,
+    tokenizer_sample: Annotated[
+        int, typer.Option(help="Train the tokenizer on at most N sentences (0: all).")
+    ] = T.tokenizer_sample,
     tokenizer_file: Annotated[
         Path | None,
         typer.Option(
@@ -1039,11 +1042,12 @@ def tokenizer_train(
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
     --kind choices before training a model."""
-    from tformer_cli.data.corpus import load_corpus
+    from tformer_cli.data.corpus import load_corpus, training_text
     from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
     corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
-    tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, kind)
+    text = training_text(corpus["train"], T.tokenizer_sample)  # as tformer train samples it
+    tok = train_tokenizer(text, vocab_size, kind)
     save_tokenizer(tok, output)
     for side in ("src", "tgt"):
         stats = tokenizer_stats(tok, corpus["valid"][side])

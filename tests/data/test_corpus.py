@@ -17,7 +17,12 @@ import pytest
 import tformer_cli
 from tests.conftest import REPO, SHARED_DATA
 from tformer_cli.data import corpus
-from tformer_cli.data.corpus import corpus_fingerprint, load_corpus, toy_corpus_dir
+from tformer_cli.data.corpus import (
+    corpus_fingerprint,
+    load_corpus,
+    toy_corpus_dir,
+    training_text,
+)
 from tformer_cli.errors import TformerError
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -525,3 +530,15 @@ def test_absolute_data_makes_local_paths_absolute_and_keeps_names(tmp_path, monk
     assert absolute_data("hf:saved:de-en") == f"hf:{tmp_path / 'saved'}:de-en"
     for kept in ("toy", "hf:wmt16:de-en", "hf:", "missing.tsv"):
         assert absolute_data(kept) == kept
+
+
+def test_training_text_streams_sources_then_targets_or_a_bounded_even_sample(monkeypatch):
+    monkeypatch.setattr(corpus, "READ_ROWS", 3)  # several reads
+    train = datasets.Dataset.from_dict(
+        {"src": [f"s{i}" for i in range(10)], "tgt": [f"t{i}" for i in range(10)]}
+    )
+    whole = [*train["src"], *train["tgt"]]
+    assert list(training_text(train)) == whole  # what the tokenizer trained on before sampling
+    assert list(training_text(train, 20)) == whole
+    assert list(training_text(train, 8)) == ["s0", "s3", "s6", "s9", "t0", "t3", "t6", "t9"]
+    assert list(training_text(train, 1)) == ["s0", "t0"]

@@ -164,3 +164,27 @@ def test_a_corrupt_entry_is_a_one_line_error_naming_it(tmp_path, tiny_corpus):
     with pytest.raises(TformerError, match=f"delete {entry}") as info:
         cache.encoded(path)
     assert "\n" not in str(info.value)
+
+
+def test_encoding_writes_record_batches_that_read_back_as_the_whole(
+    tmp_path, tiny_corpus, monkeypatch
+):
+    corpus = load_corpus(str(tiny_corpus))
+    cache = DataCache(tmp_path, corpus)
+    path, _ = cache.tokenizer("bpe", 60)
+    monkeypatch.setattr(data_cache, "ENCODE_ROWS", 7)
+    splits, entry, _ = cache.encoded(path)
+    reader = pa.ipc.open_file(pa.memory_map(str(entry / "train.arrow")))
+    assert reader.num_record_batches == -(-len(corpus["train"]) // 7) > 1
+    tok = load_tokenizer(path)
+    assert splits["train"].src == encode(tok, corpus["train"]["src"])
+    assert splits["train"].tgt == encode(tok, corpus["train"]["tgt"])
+    assert list(splits["train"].refs) == corpus["train"]["tgt"]
+
+
+def test_a_tokenizer_sample_is_part_of_the_key_only_where_it_bounds_the_text(tmp_path, tiny_corpus):
+    cache = DataCache(tmp_path, load_corpus(str(tiny_corpus)))
+    whole, _ = cache.tokenizer("bpe", 60)
+    assert cache.tokenizer("bpe", 60, 10**9) == (whole, True)  # more than the corpus holds
+    sampled, hit = cache.tokenizer("bpe", 60, 10)
+    assert not hit and sampled != whole

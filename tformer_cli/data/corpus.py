@@ -27,10 +27,11 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
+import numpy as np
 from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
@@ -166,6 +167,21 @@ def corpus_fingerprint(ds: DatasetDict) -> str:
         for column in ("src", "tgt"):
             h.update(b"\x1d" + "\x1e".join(columns[column]).encode())
     return h.hexdigest()[:16]
+
+
+READ_ROWS = 10_000  # rows of a dataset read at a time
+
+
+def training_text(train: Dataset, sample: int = 0) -> Iterator[str]:
+    """The sentences a tokenizer trains on, streamed ``READ_ROWS`` rows at a time: every source,
+    then every target; with ``sample``, at most that many sentences, from ``sample // 2``
+    evenly spaced pairs (as SentencePiece's ``input_sentence_size`` bounds its input)."""
+    n = len(train)
+    if sample and 2 * n > sample:
+        train = train.select(np.linspace(0, n - 1, max(1, sample // 2)).astype(np.int64))
+    for column in ("src", "tgt"):
+        for start in range(0, len(train), READ_ROWS):
+            yield from train[start : start + READ_ROWS][column]
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -22,13 +22,16 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 from datasets import DatasetDict
+from rich.progress import Progress
+from tokenizers import Tokenizer
 
 from tformer_cli import __version__
-from tformer_cli.data.corpus import SPLITS, corpus_fingerprint
+from tformer_cli.data.corpus import SPLITS, corpus_fingerprint, training_text
 from tformer_cli.data.split import ArrowColumn, Split
 from tformer_cli.data.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
 from tformer_cli.errors import TformerError
@@ -36,6 +39,7 @@ from tformer_cli.errors import TformerError
 CACHE_DIR = ".cache"  # under the runs folder
 FORMAT = 1  # bump when an entry's layout changes
 TOKENIZER = "tokenizer.json"
+ENCODE_ROWS = 20_000  # pairs encoded and written at a time: one record batch
 SCHEMA = pa.schema(
     [("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32())), ("ref", pa.string())]
 )
@@ -52,49 +56,45 @@ class DataCache:
         parts = "\x1f".join((str(FORMAT), __version__, self.fingerprint, *settings))
         return self.cache_dir / f"{kind}-{hashlib.sha256(parts.encode()).hexdigest()[:16]}"
 
-    def tokenizer(self, kind: str, vocab_size: int) -> tuple[Path, bool]:
-        """The cached tokenizer.json trained on the train split (both sides), trained now on a
-        miss. Returns its path and whether it was cached already."""
-        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature())
+    def tokenizer(self, kind: str, vocab_size: int, sample: int = 0) -> tuple[Path, bool]:
+        """The cached tokenizer.json trained on the train split (both sides; at most ``sample``
+        sentences of it, 0: all, ``training_text``), trained now on a miss. Returns its path and
+        whether it was cached already."""
+        train = self.corpus["train"]
+        sentences = str(min(sample or 2 * len(train), 2 * len(train)))  # what it trains on
+        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature(), sentences)
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
-        train = self.corpus["train"]
-        tok = train_tokenizer([*train["src"], *train["tgt"]], vocab_size, kind)
+        tok = train_tokenizer(training_text(train, sample), vocab_size, kind)
         _write_entry(entry, lambda tmp: tok.save(str(tmp / TOKENIZER)))
         return entry / TOKENIZER, False
 
-    def encoded(self, tokenizer_path: Path) -> tuple[dict[str, Split], Path, bool]:
+    def encoded(
+        self, tokenizer_path: Path, progress: Progress | None = None
+    ) -> tuple[dict[str, Split], Path, bool]:
         """Every split encoded by the tokenizer in ``tokenizer_path``, encoded now and cached on
-        a miss, as memory-mapped views of the entry's files (``read_split``). Returns the
-        splits, the entry and whether it was cached already."""
+        a miss (counted on ``progress``, a bar), as memory-mapped views of the entry's files
+        (``read_split``). Returns the splits, the entry and whether it was cached already."""
         entry = self._entry("encoded", hashlib.sha256(tokenizer_path.read_bytes()).hexdigest())
         hit = entry.is_dir()
         if not hit:
-            self._encode(tokenizer_path, entry)
+            tok = load_tokenizer(tokenizer_path)
+            with progress or Progress(disable=True) as bar:
+                task = bar.add_task("encode", total=sum(map(len, self.corpus.values())), info="")
+                _write_entry(entry, lambda tmp: self._encode(tok, tmp, partial(bar.advance, task)))
         return {name: read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, hit
 
-    def _encode(self, tokenizer_path: Path, entry: Path) -> None:
-        """Encode every split with the tokenizer in ``tokenizer_path`` into ``entry``."""
-        tok = load_tokenizer(tokenizer_path)
-        splits = {
-            name: (
-                encode(tok, self.corpus[name]["src"]),
-                encode(tok, self.corpus[name]["tgt"]),
-                list(self.corpus[name]["tgt"]),
-            )
-            for name in SPLITS
-        }
-
-        def write(tmp: Path) -> None:
-            for name, columns in splits.items():
-                table = pa.Table.from_arrays(
-                    [pa.array(c, type=t) for c, t in zip(columns, SCHEMA.types, strict=True)],
-                    schema=SCHEMA,
-                )
-                with pa.ipc.new_file(tmp / f"{name}.arrow", SCHEMA) as writer:
-                    writer.write_table(table)
-
-        _write_entry(entry, write)
+    def _encode(self, tok: Tokenizer, folder: Path, advance: Callable[[int], None]) -> None:
+        """Write every split encoded by ``tok`` to ``folder/<split>.arrow``, ``ENCODE_ROWS``
+        pairs (one record batch) at a time, calling ``advance(rows)`` after each."""
+        for name in SPLITS:
+            split = self.corpus[name]
+            with pa.ipc.new_file(folder / f"{name}.arrow", SCHEMA) as writer:
+                for start in range(0, len(split), ENCODE_ROWS):
+                    rows = split[start : start + ENCODE_ROWS]
+                    ids = [encode(tok, rows["src"]), encode(tok, rows["tgt"]), rows["tgt"]]
+                    writer.write_batch(pa.record_batch(ids, schema=SCHEMA))
+                    advance(len(rows["tgt"]))
 
 
 def read_split(path: Path) -> Split:

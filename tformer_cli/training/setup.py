@@ -19,6 +19,7 @@ from rich.console import Console
 
 from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import kept_data, load_corpus
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
 from tformer_cli.data.split import Split, fits_positions, lengths
@@ -35,7 +36,8 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
     "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
     "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
-    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
+    "tokenizer_file": ("train", "tokenizer_file"),
+    "tokenizer_sample": ("train", "tokenizer_sample"), "init_from": ("train", "init_from"),
     "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
     "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
     "positional": ("model", "positional"), "norm": ("model", "norm"),
@@ -243,7 +245,7 @@ def prepare(
         tok = load_tokenizer(tok_path)
         console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
     else:
-        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
+        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size, cfg.tokenizer_sample)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
         tok = load_tokenizer(tok_path)
@@ -253,7 +255,7 @@ def prepare(
             else f"trained a {cfg.tokenizer_kind} tokenizer"
         )
         console.log(f"{how}: {tok.get_vocab_size()} types")
-    encoded, entry, hit = cache.encoded(tok_path)
+    encoded, entry, hit = cache.encoded(tok_path, make_progress("encode", console))
     if hit:
         n = sum(len(split.refs) for split in encoded.values())
         console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
