@@ -234,6 +234,7 @@ def prepare(
         tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
         valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
     )  # fmt: skip
+    console.log(f"read the corpus: {len(corpus['train'])} training pairs")
     cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
     tok_path = run_dir / "tokenizer.json"
     if resume:
