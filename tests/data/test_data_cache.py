@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from datasets import DatasetDict
 from rich.console import Console
 
 from tformer_cli.config import TrainConfig
 from tformer_cli.data import data_cache
-from tformer_cli.data.corpus import load_corpus
+from tformer_cli.data.corpus import fingerprinted_corpus, load_corpus
 from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
 from tformer_cli.data.split import ArrowColumn
 from tformer_cli.data.tokenizer import encode, load_tokenizer, train_tokenizer
@@ -182,9 +183,28 @@ def test_encoding_writes_record_batches_that_read_back_as_the_whole(
     assert list(splits["train"].refs) == corpus["train"]["tgt"]
 
 
-def test_a_tokenizer_sample_is_part_of_the_key_only_where_it_bounds_the_text(tmp_path, tiny_corpus):
+def test_the_tokenizer_sample_is_part_of_the_key(tmp_path, tiny_corpus):
     cache = DataCache(tmp_path, load_corpus(str(tiny_corpus)))
     whole, _ = cache.tokenizer("bpe", 60)
-    assert cache.tokenizer("bpe", 60, 10**9) == (whole, True)  # more than the corpus holds
+    assert cache.tokenizer("bpe", 60) == (whole, True)
     sampled, hit = cache.tokenizer("bpe", 60, 10)
     assert not hit and sampled != whole
+
+
+def test_a_warm_cache_never_reads_the_corpus(tmp_path, tiny_corpus):
+    """The fingerprint of local files is a hash of their bytes: with the tokenizer and the
+    encoding cached, the loader is never called; a changed byte is another corpus."""
+    fingerprint, load = fingerprinted_corpus(str(tiny_corpus))
+    cold = DataCache(tmp_path, load, fingerprint)
+    cold.encoded(cold.tokenizer("bpe", 60)[0])
+
+    def refuse() -> DatasetDict:
+        raise AssertionError("the corpus was read")
+
+    warm = DataCache(tmp_path, refuse, fingerprint)
+    path, hit = warm.tokenizer("bpe", 60)
+    assert hit and warm.encoded(path)[2]
+    with open(tiny_corpus / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("one more\tpair\n")
+    assert fingerprinted_corpus(str(tiny_corpus))[0] != fingerprint
+    assert fingerprinted_corpus(str(tiny_corpus), seed=1)[0] != fingerprint  # other carved splits

@@ -21,13 +21,14 @@ problem is a one-line `TformerError` naming the file and 1-based line: nothing i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
@@ -66,20 +67,16 @@ def load_corpus(
 ) -> DatasetDict:
     """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
     ``carve=False``: only the splits the source holds, none carved out of train."""
-    if src_file is not None or tgt_file is not None:
-        splits = {"train": _read_file_pair(src_file, tgt_file, "--src-file/--tgt-file")}
-    elif str(data) == FILES:
-        raise TformerError(
-            f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
-        )
-    elif str(data).startswith("hf:"):
+    files = dict(src_file=src_file, tgt_file=tgt_file, valid_src_file=valid_src_file,
+                 valid_tgt_file=valid_tgt_file)  # fmt: skip
+    located = locate_files(data, src_lang, tgt_lang, **files)
+    if located is None:
         splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
+        if valid_src_file is not None:
+            options = "--valid-src-file/--valid-tgt-file"
+            splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
     else:
-        path = toy_corpus_dir() if str(data) == "toy" else Path(data)
-        splits = _load_path(path, src_lang, tgt_lang)
-    if valid_src_file is not None or valid_tgt_file is not None:
-        options = "--valid-src-file/--valid-tgt-file"
-        splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
+        splits = {name: reader(*paths) for name, (reader, paths) in located.items()}
     carved = {name for name in SPLITS if name not in splits} if carve else set()
     if carve:
         splits = _carve(splits, seed, carve_size)
@@ -95,6 +92,68 @@ def load_corpus(
 
 
 CARVED = "carved from train"  # the description of a split that the source did not hold
+Located = dict[str, tuple[Callable[..., Pairs], tuple[Path, ...]]]  # split -> (reader, files)
+
+
+def locate_files(
+    data: str | Path,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    **files: str | Path | None,
+) -> Located | None:
+    """The files each split of the corpus is read from, with their reader, found without
+    reading them (``load_corpus``'s sources; ``files``: its ``src_file`` ... ``valid_tgt_file``);
+    None for an ``hf:`` dataset without --src-file (its valid split may still be files)."""
+    if files.get("src_file") is not None or files.get("tgt_file") is not None:
+        located = {"train": _file_pair(files.get("src_file"), files.get("tgt_file"),
+                                       "--src-file/--tgt-file")}  # fmt: skip
+    elif str(data) == FILES:
+        raise TformerError(
+            f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
+        )
+    elif str(data).startswith("hf:"):
+        return None
+    else:
+        path = toy_corpus_dir() if str(data) == "toy" else Path(data)
+        located = _locate_path(path, src_lang, tgt_lang)
+    if files.get("valid_src_file") is not None or files.get("valid_tgt_file") is not None:
+        options = "--valid-src-file/--valid-tgt-file"
+        located["valid"] = _file_pair(files["valid_src_file"], files["valid_tgt_file"], options)
+    return located
+
+
+def fingerprinted_corpus(
+    data: str | Path, *, seed: int = 1234, **options: str | Path | None
+) -> tuple[str, Callable[[], DatasetDict]]:
+    """The corpus's fingerprint, and a loader of it (``load_corpus(data, seed=seed,
+    **options)``, loaded once). Local files are fingerprinted by a streamed hash of their
+    bytes, the split each makes and the seed that carves the missing splits: a corpus whose
+    tokenizer and encoding are cached is never read. An ``hf:`` corpus is loaded and hashed."""
+    load = functools.cache(lambda: load_corpus(data, seed=seed, **options))  # type: ignore[arg-type]
+    files = {k: options.get(k) for k in PARALLEL_FILES}
+    located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
+    if located is None:
+        return corpus_fingerprint(load()), load
+    h = hashlib.sha256(f"files\x1d{seed}".encode())
+    for name, (reader, paths) in sorted(located.items()):
+        h.update(f"\x1d{name}\x1d{reader.__name__}".encode())
+        for path in paths:
+            h.update(b"\x1e" + _file_hash(path))
+    return h.hexdigest()[:16], load
+
+
+def _file_hash(path: Path, block: int = 1 << 20) -> bytes:
+    """The SHA-256 of a file's bytes, read ``block`` bytes at a time."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(block):
+                h.update(chunk)
+    except FileNotFoundError:
+        raise TformerError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TformerError(f"{path}: cannot read ({e.strerror})") from e
+    return h.digest()
 
 
 def absolute_data(data: str) -> str:
@@ -224,9 +283,16 @@ def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
 
 
 def _read_file_pair(src: str | Path | None, tgt: str | Path | None, options: str) -> Pairs:
+    reader, paths = _file_pair(src, tgt, options)
+    return reader(*paths)
+
+
+def _file_pair(
+    src: str | Path | None, tgt: str | Path | None, options: str
+) -> tuple[Callable[..., Pairs], tuple[Path, ...]]:
     if src is None or tgt is None:
         raise TformerError(f"give both a source file and a target file ({options})")
-    return _read_plain(Path(src), Path(tgt))
+    return _read_plain, (Path(src), Path(tgt))
 
 
 def _read_tsv(path: Path) -> Pairs:
@@ -286,24 +352,24 @@ def _choose_langs(
     return src_lang, tgt_lang
 
 
-def _load_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+def _locate_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     if path.is_dir():
-        return _load_dir(path, src_lang, tgt_lang)
+        return _locate_dir(path, src_lang, tgt_lang)
     if path.suffix == ".tsv" and path.is_file():
-        return {"train": _read_tsv(path)}
+        return {"train": (_read_tsv, (path,))}
     if path.suffix == ".jsonl" and path.is_file():
-        return {"train": _read_jsonl(path)}
+        return {"train": (_read_jsonl, (path,))}
     if not path.exists():
         raise TformerError(f"{path}: no such file or folder")
     raise TformerError(f"{path}: expected a folder, a .tsv or .jsonl file, 'toy' or 'hf:NAME'")
 
 
-def _load_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+def _locate_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     files = {p.name for p in folder.iterdir() if p.is_file()}
     for ext, reader in ((".tsv", _read_tsv), (".jsonl", _read_jsonl)):
         if f"train{ext}" in files:
             stems = [name.removesuffix(ext) for name in files if name.endswith(ext)]
-            return {s: reader(folder / f"{n}{ext}") for s, n in _pick_splits(stems).items()}
+            return {s: (reader, (folder / f"{n}{ext}",)) for s, n in _pick_splits(stems).items()}
     langs = [name.removeprefix("train.") for name in files if name.startswith("train.")]
     if not langs:
         raise TformerError(
@@ -312,7 +378,7 @@ def _load_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> dict[
     src_lang, tgt_lang = _choose_langs(str(folder), langs, src_lang, tgt_lang)
     stems = [name.removesuffix(f".{src_lang}") for name in files if name.endswith(f".{src_lang}")]
     return {
-        split: _read_plain(folder / f"{stem}.{src_lang}", folder / f"{stem}.{tgt_lang}")
+        split: (_read_plain, (folder / f"{stem}.{src_lang}", folder / f"{stem}.{tgt_lang}"))
         for split, stem in _pick_splits(stems).items()
     }
 

@@ -48,9 +48,22 @@ SCHEMA = pa.schema(
 class DataCache:
     """The cache entries of one corpus under ``cache_dir``."""
 
-    def __init__(self, cache_dir: Path, corpus: DatasetDict) -> None:
-        self.cache_dir, self.corpus = cache_dir, corpus
-        self.fingerprint = corpus_fingerprint(corpus)
+    def __init__(
+        self,
+        cache_dir: Path,
+        corpus: DatasetDict | Callable[[], DatasetDict],
+        fingerprint: str | None = None,
+    ) -> None:
+        """``corpus``, or a loader of it called on a miss alone, with its ``fingerprint``
+        (``fingerprinted_corpus``; default: ``corpus_fingerprint`` of the loaded corpus)."""
+        self.cache_dir = cache_dir
+        self.load = corpus if callable(corpus) else lambda: corpus
+        self.fingerprint = fingerprint or corpus_fingerprint(self.corpus)
+
+    @property
+    def corpus(self) -> DatasetDict:
+        """The corpus, loaded now if it was not yet."""
+        return self.load()
 
     def _entry(self, kind: str, *settings: str) -> Path:
         parts = "\x1f".join((str(FORMAT), __version__, self.fingerprint, *settings))
@@ -60,12 +73,10 @@ class DataCache:
         """The cached tokenizer.json trained on the train split (both sides; at most ``sample``
         sentences of it, 0: all, ``training_text``), trained now on a miss. Returns its path and
         whether it was cached already."""
-        train = self.corpus["train"]
-        sentences = str(min(sample or 2 * len(train), 2 * len(train)))  # what it trains on
-        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature(), sentences)
+        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature(), str(sample))
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
-        tok = train_tokenizer(training_text(train, sample), vocab_size, kind)
+        tok = train_tokenizer(training_text(self.corpus["train"], sample), vocab_size, kind)
         _write_entry(entry, lambda tmp: tok.save(str(tmp / TOKENIZER)))
         return entry / TOKENIZER, False
 

@@ -5,6 +5,7 @@ folder, its place (device, DDP process group) and its data and tokenizer."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -15,12 +16,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from datasets import DatasetDict
 from rich.console import Console
 
 from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
-from tformer_cli.data.corpus import kept_data, load_corpus
+from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
 from tformer_cli.data.split import Split, fits_positions, lengths
 from tformer_cli.data.tokenizer import load_tokenizer
@@ -222,20 +224,26 @@ def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
 ) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
-    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
+    """Fingerprint the corpus, get the run's tokenizer (on resume its own) and every split
+    encoded, both through the cache beside the runs (``data_cache.py``: the corpus is read on a
+    miss alone); drop training pairs over max_len
     and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
 
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
     """
-    corpus = load_corpus(
+    fingerprint, load = fingerprinted_corpus(
         cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
         tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
         valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
     )  # fmt: skip
-    console.log(f"read the corpus: {len(corpus['train'])} training pairs")
-    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
+
+    def read() -> DatasetDict:  # on a cache miss alone
+        corpus = load()
+        console.log(f"read the corpus: {len(corpus['train'])} training pairs")
+        return corpus
+
+    cache = DataCache(run_dir.parent / CACHE_DIR, functools.cache(read), fingerprint)
     tok_path = run_dir / "tokenizer.json"
     if resume:
         tok = load_tokenizer(tok_path)
