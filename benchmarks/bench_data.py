@@ -10,7 +10,7 @@ per second of set-up, and the peak memory: ``/usr/bin/time``'s maximum RSS of on
 the process tree's summed RSS and RssAnon (``/proc``, sampled every 50 ms). The run is stopped
 once its validation is logged (the test-set BLEU of an untrained model is no part of set-up).
 
-    python benchmarks/bench_data.py --sizes 0.3M 1M
+    python benchmarks/bench_data.py --multi30k MULTI30K_FOLDER --sizes 0.3M 1M
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 SIZES = {"0.3M": 300_000, "1M": 1_000_000, "3M": 3_000_000}
 # the first log line of each stage's end, in order; the set-up ends at "model"
 MARKS = (
@@ -39,15 +38,15 @@ MARKS = (
 )
 
 
-def make_corpus(n: int, folder: Path) -> Path:
-    """``folder/pairs-<n>.{de,en}``: pair k joins Multi30k lines i = k mod m and
-    (i + 1 + k div m) mod m, so that every pair differs up to m(m-1) pairs."""
+def make_corpus(n: int, folder: Path, multi30k: Path) -> Path:
+    """``folder/pairs-<n>.{de,en}``: pair k joins the lines i = k mod m and (i + 1 + k div m)
+    mod m of ``multi30k/train.{de,en}``, so that every pair differs up to m(m-1) pairs."""
     stem = folder / f"pairs-{n}"
     if stem.with_suffix(".en").is_file():
         return stem
     folder.mkdir(parents=True, exist_ok=True)
     for lang in ("de", "en"):
-        lines = (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        lines = (multi30k / f"train.{lang}").read_text(encoding="utf-8").splitlines()
         m = len(lines)
         with open(stem.with_suffix(f".{lang}.tmp"), "w", encoding="utf-8") as f:
             for k in range(n):
@@ -145,6 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--steps", type=int, default=10, help="updates before the validation")
+    parser.add_argument("--multi30k", type=Path, required=True, help="folder of train.de/en")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tformer-bench-data"))
     parser.add_argument("--no-nproc", action="store_true", help="skip the --nproc 2 run")
     args = parser.parse_args()
@@ -154,7 +154,7 @@ def main() -> None:
     print(f"| run            |     pairs | {stages} |  set-up |   pairs/s | {memory} |")
     for size in args.sizes:
         pairs = SIZES[size]
-        stem = make_corpus(pairs, args.work)
+        stem = make_corpus(pairs, args.work, args.multi30k)
         runs = args.work / f"runs-{pairs}"
         shutil.rmtree(runs, ignore_errors=True)
         runs.mkdir(parents=True)
