@@ -29,6 +29,7 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import zip_longest
 from pathlib import Path
 
 import datasets
@@ -243,27 +244,53 @@ def training_text(train: Dataset, sample: int = 0) -> Iterator[str]:
             yield from train[start : start + READ_ROWS][column]
 
 
-def _read_lines(path: Path) -> list[str]:
+READ_BYTES = 1 << 20  # bytes of a text file read and decoded at a time
+
+
+def _read_lines(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators),
-    without the blank lines after the last text."""
+    without the blank lines after the last text; read ``READ_BYTES`` at a time, each block cut
+    after its last newline (which no UTF-8 sequence holds), so an error names its line."""
+    blanks, seen = 0, False  # blank lines held back until text follows them
+    for line in _decoded_lines(path):
+        if not line.strip():
+            blanks += 1
+            continue
+        yield from [""] * blanks
+        blanks, seen = 0, True
+        yield line
+    if not seen:
+        raise TformerError(f"{path}: empty file")
+
+
+def _decoded_lines(path: Path) -> Iterator[str]:
+    """Every line of ``path`` (the text after a final newline is one more, empty), decoded a
+    block of whole lines at a time."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            pending, before = f.read(3).removeprefix(b"\xef\xbb\xbf"), 0  # a byte order mark
+            while True:
+                data = f.read(READ_BYTES)
+                pending += data
+                cut = pending.rfind(b"\n") + 1 if data else len(pending)  # at the end: all
+                if data and not cut:
+                    continue  # no whole line yet
+                block, pending = pending[:cut], pending[cut:]
+                try:
+                    lines = block.decode("utf-8").split("\n")
+                except UnicodeDecodeError as e:
+                    line = before + block.count(b"\n", 0, e.start) + 1
+                    raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
+                if data:
+                    lines.pop()  # the nothing after the block's last newline
+                before += len(lines)
+                yield from (line.removesuffix("\r") for line in lines)
+                if not data:
+                    return
     except FileNotFoundError:
         raise TformerError(f"{path}: no such file") from None
     except OSError as e:
         raise TformerError(f"{path}: cannot read ({e.strerror})") from e
-    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    while lines and not lines[-1].strip():  # the final newline, and blank lines after the text
-        lines.pop()
-    if not lines:
-        raise TformerError(f"{path}: empty file")
-    return lines
 
 
 def _check_text(text: str | None, where: str, side: str) -> None:
@@ -272,13 +299,26 @@ def _check_text(text: str | None, where: str, side: str) -> None:
 
 
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
-    """Two files aligned by line number."""
-    src, tgt = _read_lines(src_path), _read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise TformerError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True), start=1):
-        _check_text(s, f"{src_path}:{i}", "source")
-        _check_text(t, f"{tgt_path}:{i}", "target")
+    """Two files aligned by line number, read in step; a line count that differs is reported
+    before an empty line (the first one is kept until both files are read)."""
+    src: list[str] = []
+    tgt: list[str] = []
+    counts, empty = [0, 0], None
+    for i, (s, t) in enumerate(zip_longest(_read_lines(src_path), _read_lines(tgt_path)), 1):
+        counts = [counts[0] + (s is not None), counts[1] + (t is not None)]
+        if s is None or t is None:
+            continue  # counting the longer file's rest
+        try:
+            _check_text(s, f"{src_path}:{i}", "source")
+            _check_text(t, f"{tgt_path}:{i}", "target")
+        except TformerError as e:
+            empty = empty or e
+        src.append(s)
+        tgt.append(t)
+    if counts[0] != counts[1]:
+        raise TformerError(f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}")
+    if empty is not None:
+        raise empty
     return src, tgt
 
 
