@@ -7,7 +7,8 @@ validation after its first ``--steps`` updates, three times: cache cold, cache w
 warm under ``--nproc 2``. It prints the wall time of each stage (read, tokenizer training,
 encoding, the updates and their validation, timed from the log lines as they appear), pairs
 per second of set-up, and the peak memory: ``/usr/bin/time``'s maximum RSS of one process, and
-the process tree's summed RSS and RssAnon (``/proc``, sampled every 50 ms). The run is stopped
+the process tree's summed RSS and RssAnon (``/proc``, sampled every 50 ms), and the tree's RSS
+and RssAnon when the set-up ends (the data loaded, before the first update). The run is stopped
 once its validation is logged (the test-set BLEU of an untrained model is no part of set-up).
 
     python benchmarks/bench_data.py --multi30k MULTI30K_FOLDER --sizes 0.3M 1M
@@ -111,6 +112,10 @@ def train(stem: Path, runs: Path, name: str, steps: int, nproc: int) -> dict[str
         for stage, mark in MARKS:
             if stage not in seen and mark in line:
                 seen[stage] = time.perf_counter() - start
+        if "model" in seen and "setup_rss_mb" not in seen:  # the data loaded, no update yet
+            now = [status(pid) for pid in tree(proc.pid)]
+            seen["setup_rss_mb"] = sum(f.get("VmRSS", 0) for f in now) / 1024
+            seen["setup_anon_mb"] = sum(f.get("RssAnon", 0) for f in now) / 1024
         if "stopped:" in line:
             break
     memory.stop.set()
@@ -136,6 +141,7 @@ def row(label: str, pairs: int, t: dict[str, float]) -> str:
             cells.append(f"{'-':>9}")
     rate = pairs / t["model"]
     memory = f"{t['maxrss_mb']:8.0f} {t['tree_rss_mb']:8.0f} {t['tree_anon_mb']:8.0f}"
+    memory += f" {t['setup_rss_mb']:8.0f} {t['setup_anon_mb']:8.0f}"
     setup = f"{t['model']:7.1f} | {rate:9,.0f}"
     return f"| {label:<14} | {pairs:>9,} | {' | '.join(cells)} | {setup} | {memory} |"
 
@@ -150,7 +156,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     stages = " | ".join(f"{s:>9}" for s, _ in MARKS)
-    memory = " maxRSS  treeRSS treeAnon (MB)"
+    memory = " maxRSS  treeRSS treeAnon setupRSS setupAnon (MB)"
     print(f"| run            |     pairs | {stages} |  set-up |   pairs/s | {memory} |")
     for size in args.sizes:
         pairs = SIZES[size]
