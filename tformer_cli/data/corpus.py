@@ -73,7 +73,7 @@ def load_corpus(
     located = locate_files(data, src_lang, tgt_lang, **files)
     if located is None:
         splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
-        if valid_src_file is not None:
+        if valid_src_file is not None or valid_tgt_file is not None:
             options = "--valid-src-file/--valid-tgt-file"
             splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
     else:
