@@ -78,6 +78,7 @@ class TrainConfig:
     valid_tgt_file: str | None = None
     vocab_size: int = 1000
     tokenizer_kind: str = "bpe"
+    tokenizer_sample: int = 1_000_000  # sentences the tokenizer trains on at most (0: all)
     tokenizer_file: str | None = None  # a ready tokenizer (absolute path) instead of training one
     init_from: str | None = None  # a run (absolute path) whose model.pt the weights start from
     max_tokens: int = 2048
@@ -134,6 +135,7 @@ class TrainConfig:
             "patience",
             "ss_warmup",
             "save_every",
+            "tokenizer_sample",
         ):
             if getattr(self, name) < 0:
                 option = "epochs" if name == "max_epochs" else name.replace("_", "-")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
-from tformer_cli.data.batching import make_batch, pad, padding_waste, token_batches
+from tformer_cli.data.batching import make_batch, pad, padding_waste, plan_batches, token_batches
 
 
 def lengths_5_to_40(n: int = 2000, seed: int = 0) -> list[int]:
@@ -84,6 +85,52 @@ def test_max_sentences_caps_the_rows_of_every_batch(seed):
     assert max(len(b) for b in batches) == 5
     assert sorted(i for b in batches for i in b) == list(range(33))
     assert len(batches) == 7  # the budget never binds: ceil(33 / 5) batches
+
+
+def list_planner(lengths, max_tokens, rng=None, pool=100, max_sentences=None):
+    """The planner of Python lists that runs before the memory-mapped data trained with: the
+    batches it made for a seed are what a run's resume replays, so they must not change."""
+    order = list(range(len(lengths)))
+    if rng is not None:
+        rng.shuffle(order)
+        mean = max(1.0, sum(lengths) / max(1, len(lengths)))
+        size = max(1, int(pool * max_tokens / mean))
+        chunks = [order[i : i + size] for i in range(0, len(order), size)]
+    else:
+        chunks = [order]
+    batches = []
+    for chunk in chunks:
+        chunk.sort(key=lambda i: lengths[i])
+        batch, longest = [], 0
+        for i in chunk:
+            longest_if_added = max(longest, lengths[i])
+            full = max_sentences is not None and len(batch) >= max_sentences
+            if batch and (full or longest_if_added * (len(batch) + 1) > max_tokens):
+                batches.append(batch)
+                batch, longest_if_added = [], lengths[i]
+            batch.append(i)
+            longest = longest_if_added
+        if batch:
+            batches.append(batch)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+@pytest.mark.parametrize("seed", [None, 1234, 1234 * 1000 + 3])
+@pytest.mark.parametrize(("max_tokens", "max_sentences"), [(25, None), (600, None), (4096, 7)])
+def test_the_numpy_planner_makes_the_list_planners_batches_for_a_seed(
+    seed, max_tokens, max_sentences
+):
+    """Exact resume across the change: a seed's batches (and the rng's state after them) are
+    the same, on lengths with many ties and pairs over the budget."""
+    lengths = [*lengths_5_to_40(3000, seed=7), 60, 61, 5, 5]  # 60, 61: over a 25-token budget
+    rngs = [None, None] if seed is None else [random.Random(seed), random.Random(seed)]
+    planned = plan_batches(np.array(lengths, dtype=np.int32), max_tokens, rngs[0],
+                           max_sentences=max_sentences)  # fmt: skip
+    expected = list_planner(lengths, max_tokens, rngs[1], max_sentences=max_sentences)
+    assert [b.tolist() for b in planned] == expected
+    assert seed is None or rngs[0].random() == rngs[1].random()
 
 
 def test_token_batches_of_nothing_are_empty():

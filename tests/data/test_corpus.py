@@ -17,7 +17,12 @@ import pytest
 import tformer_cli
 from tests.conftest import REPO, SHARED_DATA
 from tformer_cli.data import corpus
-from tformer_cli.data.corpus import corpus_fingerprint, load_corpus, toy_corpus_dir
+from tformer_cli.data.corpus import (
+    corpus_fingerprint,
+    load_corpus,
+    toy_corpus_dir,
+    training_text,
+)
 from tformer_cli.errors import TformerError
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -525,3 +530,59 @@ def test_absolute_data_makes_local_paths_absolute_and_keeps_names(tmp_path, monk
     assert absolute_data("hf:saved:de-en") == f"hf:{tmp_path / 'saved'}:de-en"
     for kept in ("toy", "hf:wmt16:de-en", "hf:", "missing.tsv"):
         assert absolute_data(kept) == kept
+
+
+def test_training_text_streams_sources_then_targets_or_a_bounded_even_sample(monkeypatch):
+    monkeypatch.setattr(corpus, "READ_ROWS", 3)  # several reads
+    train = datasets.Dataset.from_dict(
+        {"src": [f"s{i}" for i in range(10)], "tgt": [f"t{i}" for i in range(10)]}
+    )
+    whole = [*train["src"], *train["tgt"]]
+    assert list(training_text(train)) == whole  # what the tokenizer trained on before sampling
+    assert list(training_text(train, 20)) == whole
+    assert list(training_text(train, 8)) == ["s0", "s3", "s6", "s9", "t0", "t3", "t6", "t9"]
+    assert list(training_text(train, 1)) == ["s0", "t0"]
+
+
+@pytest.fixture(params=[1, 2, 5, 8, 1 << 20])
+def read_bytes(request, monkeypatch):
+    """Blocks of so few bytes that every line, and a multibyte character, straddles one."""
+    monkeypatch.setattr(corpus, "READ_BYTES", request.param)
+    return request.param
+
+
+def write_pair(folder: Path, src: bytes, tgt: bytes) -> tuple[Path, Path]:
+    (folder / "x.de").write_bytes(src)
+    (folder / "x.en").write_bytes(tgt)
+    return folder / "x.de", folder / "x.en"
+
+
+def test_blocks_of_any_size_read_the_same_lines(tmp_path, read_bytes):
+    src, tgt = write_pair(tmp_path, "\ufeffgrüße\r\nü ö\n\nä\n\n\n".encode(), b"a\nb\n\nc\n")
+    with pytest.raises(TformerError, match=r"x\.de:3: empty source"):
+        load_corpus(src_file=src, tgt_file=tgt, carve=False)
+    (tmp_path / "x.de").write_bytes("\ufeffgrüße\r\nü ö\nß\nä\n\n\n".encode())
+    (tmp_path / "x.en").write_bytes(b"a\nb\nc\nd")
+    train = load_corpus(src_file=src, tgt_file=tgt, carve=False)["train"]
+    assert train["src"] == ["grüße", "ü ö", "ß", "ä"] and train["tgt"] == ["a", "b", "c", "d"]
+
+
+def test_bad_utf8_is_named_by_its_line_at_any_block_size(tmp_path, read_bytes):
+    src, tgt = write_pair(
+        tmp_path, "one\ntwo\nthrée\nf\xffour\n".encode("latin-1"), b"1\n2\n3\n4\n"
+    )
+    with pytest.raises(TformerError, match=r"x\.de:3: invalid UTF-8") as info:
+        load_corpus(src_file=src, tgt_file=tgt, carve=False)
+    assert "\n" not in str(info.value)
+
+
+def test_line_counts_that_differ_are_reported_before_an_empty_line(tmp_path, read_bytes):
+    src, tgt = write_pair(tmp_path, b"a\n\nc\nd\n", b"1\n2\n3\n")
+    with pytest.raises(TformerError, match=r"x\.de has 4 lines but .*x\.en has 3$"):
+        load_corpus(src_file=src, tgt_file=tgt, carve=False)
+    write_pair(tmp_path, b"a\nb\nc\n", b"1\n \n3\n")
+    with pytest.raises(TformerError, match=r"x\.en:2: empty target"):
+        load_corpus(src_file=src, tgt_file=tgt, carve=False)
+    write_pair(tmp_path, b"\n\n", b"1\n")
+    with pytest.raises(TformerError, match=r"x\.de: empty file"):
+        load_corpus(src_file=src, tgt_file=tgt, carve=False)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from datasets import DatasetDict
 from rich.console import Console
 
 from tformer_cli.config import TrainConfig
 from tformer_cli.data import data_cache
-from tformer_cli.data.corpus import load_corpus
+from tformer_cli.data.corpus import fingerprinted_corpus, load_corpus
 from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
+from tformer_cli.data.split import ArrowColumn
 from tformer_cli.data.tokenizer import encode, load_tokenizer, train_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.training.setup import prepare
@@ -130,7 +132,10 @@ def test_encoded_splits_are_arrow_files_of_int32_lists_and_strings(tmp_path, tin
     with pa.memory_map(str(entry / "valid.arrow")) as source:
         table = pa.ipc.open_file(source).read_all()
         assert table.schema == SCHEMA
-        assert table.column("src").to_pylist() == splits["valid"][0]
+        assert table.column("src").to_pylist() == list(splits["valid"].src)
+        assert table.column("ref").to_pylist() == list(splits["valid"].refs)
+    train = splits["train"]
+    assert all(isinstance(c, ArrowColumn) for c in (train.src, train.tgt, train.refs))
     assert load_tokenizer(path).get_vocab_size() <= 60
 
 
@@ -160,3 +165,46 @@ def test_a_corrupt_entry_is_a_one_line_error_naming_it(tmp_path, tiny_corpus):
     with pytest.raises(TformerError, match=f"delete {entry}") as info:
         cache.encoded(path)
     assert "\n" not in str(info.value)
+
+
+def test_encoding_writes_record_batches_that_read_back_as_the_whole(
+    tmp_path, tiny_corpus, monkeypatch
+):
+    corpus = load_corpus(str(tiny_corpus))
+    cache = DataCache(tmp_path, corpus)
+    path, _ = cache.tokenizer("bpe", 60)
+    monkeypatch.setattr(data_cache, "ENCODE_ROWS", 7)
+    splits, entry, _ = cache.encoded(path)
+    reader = pa.ipc.open_file(pa.memory_map(str(entry / "train.arrow")))
+    assert reader.num_record_batches == -(-len(corpus["train"]) // 7) > 1
+    tok = load_tokenizer(path)
+    assert splits["train"].src == encode(tok, corpus["train"]["src"])
+    assert splits["train"].tgt == encode(tok, corpus["train"]["tgt"])
+    assert list(splits["train"].refs) == corpus["train"]["tgt"]
+
+
+def test_the_tokenizer_sample_is_part_of_the_key(tmp_path, tiny_corpus):
+    cache = DataCache(tmp_path, load_corpus(str(tiny_corpus)))
+    whole, _ = cache.tokenizer("bpe", 60)
+    assert cache.tokenizer("bpe", 60) == (whole, True)
+    sampled, hit = cache.tokenizer("bpe", 60, 10)
+    assert not hit and sampled != whole
+
+
+def test_a_warm_cache_never_reads_the_corpus(tmp_path, tiny_corpus):
+    """The fingerprint of local files is a hash of their bytes: with the tokenizer and the
+    encoding cached, the loader is never called; a changed byte is another corpus."""
+    fingerprint, load = fingerprinted_corpus(str(tiny_corpus))
+    cold = DataCache(tmp_path, load, fingerprint)
+    cold.encoded(cold.tokenizer("bpe", 60)[0])
+
+    def refuse() -> DatasetDict:
+        raise AssertionError("the corpus was read")
+
+    warm = DataCache(tmp_path, refuse, fingerprint)
+    path, hit = warm.tokenizer("bpe", 60)
+    assert hit and warm.encoded(path)[2]
+    with open(tiny_corpus / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("one more\tpair\n")
+    assert fingerprinted_corpus(str(tiny_corpus))[0] != fingerprint
+    assert fingerprinted_corpus(str(tiny_corpus), seed=1)[0] != fingerprint  # other carved splits

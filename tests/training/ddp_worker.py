@@ -4,7 +4,8 @@
    four micro-batches with plain SGD (lr 1, so the weight change is the gradient), against the
    same step in one process on all four (every rank computes that reference itself);
 2. resume a run folder to MAX_STEPS with a Trainer, then check that every other rank holds the
-   weights that rank 0 saved in last.pt.
+   weights that rank 0 saved in last.pt;
+3. list the data cache's Arrow files each rank has memory-mapped (``/proc/self/maps``).
 
 Rank 0 writes what it saw as JSON. Usage:
 torchrun --standalone --nproc-per-node N tests/training/ddp_worker.py RUN_DIR MAX_STEPS OUT_JSON
@@ -63,6 +64,16 @@ def gradient_gap(world: World) -> float:
     )
 
 
+def mapped_arrow_files() -> list[str]:
+    """The Arrow files this process maps, as ``device inode path`` (``/proc/self/maps``)."""
+    found = set()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].endswith(".arrow"):
+            found.add(f"{fields[3]} {fields[4]} {fields[5]}")
+    return sorted(found)
+
+
 def main() -> None:
     run_dir, max_steps, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     saved = RunConfig.load(run_dir)
@@ -76,9 +87,12 @@ def main() -> None:
     same = torch.tensor([trainer.world.main or all(torch.equal(mine[k], last[k]) for k in last)])
     everyone = [torch.zeros_like(same) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, same)
+    maps: list[list[str]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(maps, mapped_arrow_files())
     if trainer.world.main:
         report = {"world": trainer.world.size, "step": result.state.step,
-                  "same_weights": all(bool(x) for x in everyone), "gradient_gap": gap}  # fmt: skip
+                  "same_weights": all(bool(x) for x in everyone), "gradient_gap": gap,
+                  "mapped": maps}  # fmt: skip
         out.write_text(json.dumps(report), encoding="utf-8")
     trainer.close()
 

@@ -61,12 +61,12 @@ def test_two_gloo_processes_train_as_one_killed_and_resumed_under_another_n(
 ):
     """`tformer train --nproc 2 --accum 2` (dropout on): both processes are SIGKILLed after
     update 9 (last.pt holds update 8); two processes resume to 12 (tests/training/ddp_worker.py:
-    the gradient of one DDP step equals one process's, and every rank ends with rank 0's
-    weights); one process then resumes to 16. Weights and validation losses equal a single
-    process's with --accum 2, which takes the same two batches per update. With --max-minutes
-    rank 0 estimates the run's updates at the end of warm-up (update 3) and again after
-    each validation (update 4, ...), and broadcasts them (the schedule ends at --max-steps, the
-    earlier, so the clock changes no weight)."""
+    the gradient of one DDP step equals one process's, every rank ends with rank 0's weights,
+    and both ranks memory-map the same data cache files); one process then resumes to 16.
+    Weights and validation losses equal a single process's with --accum 2, which takes the
+    same two batches per update. With --max-minutes rank 0 estimates the run's updates at the
+    end of warm-up (update 3) and again after each validation (update 4, ...), and broadcasts
+    them (the schedule ends at --max-steps, the earlier, so the clock changes no weight)."""
     killed = tmp_path / "ddp"
     # --max-minutes: rank 0's estimate of the run's updates, broadcast (no rank waits)
     cmd = [sys.executable, "-m", "tformer_cli", "train", "--data", str(tiny_corpus),
@@ -88,6 +88,12 @@ def test_two_gloo_processes_train_as_one_killed_and_resumed_under_another_n(
     report = json.loads(out.read_text())
     assert report["gradient_gap"] < 1e-6
     assert (report["world"], report["step"], report["same_weights"]) == (2, 12, True)
+    rank0, rank1 = report["mapped"]  # both ranks map the same cache files (one page cache copy)
+    assert rank0 == rank1
+    assert {Path(m.split(" ", 2)[2]).name for m in rank0} == {
+        "train.arrow", "valid.arrow", "test.arrow",
+    }  # fmt: skip
+    assert all(str(tmp_path / ".cache" / "encoded-") in m for m in rank0)
 
     alone = tmp_path / "one"
     one_process(alone, killed, 12)

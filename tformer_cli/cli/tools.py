@@ -179,7 +179,7 @@ def tokenizer_train(
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
     --tokenizer choices before training a model."""
-    from tformer_cli.data.corpus import load_corpus
+    from tformer_cli.data.corpus import load_corpus, training_text
     from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
     output = positional(
@@ -188,7 +188,8 @@ def tokenizer_train(
     if output is None:
         raise typer.BadParameter("where to write tokenizer.json: -o FILE", param_hint="--output")
     corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
-    tok = train_tokenizer([*corpus["train"]["src"], *corpus["train"]["tgt"]], vocab_size, tokenizer)
+    text = training_text(corpus["train"], T.tokenizer_sample)  # as tformer train samples it
+    tok = train_tokenizer(text, vocab_size, tokenizer)
     save_tokenizer(tok, output)
     for side in ("src", "tgt"):
         stats = tokenizer_stats(tok, corpus["valid"][side])

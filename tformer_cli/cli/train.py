@@ -108,6 +108,10 @@ TRAIN = declared(
         T.vocab_size,
     ),
     tokenizer=(Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")], T.tokenizer_kind),
+    tokenizer_sample=(
+        Annotated[int, typer.Option(help="Train the tokenizer on at most N sentences (0: all).")],
+        T.tokenizer_sample,
+    ),
     tokenizer_file=(
         Annotated[
             Path | None,

@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,12 +54,23 @@ def make_batch(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]]) -> Ba
 
 
 def token_batches(
-    lengths: Sequence[int],
+    lengths: Sequence[int] | np.ndarray,
     max_tokens: int,
     rng: random.Random | None = None,
     pool: int = 100,
     max_sentences: int | None = None,
 ) -> list[list[int]]:
+    """``plan_batches`` as lists of indices (for the small splits of evaluation)."""
+    return [b.tolist() for b in plan_batches(lengths, max_tokens, rng, pool, max_sentences)]
+
+
+def plan_batches(
+    lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    rng: random.Random | None = None,
+    pool: int = 100,
+    max_sentences: int | None = None,
+) -> list[np.ndarray]:
     """Group example indices into batches of at most ``max_tokens`` padded tokens.
 
     ``lengths[i]`` is the padded cost of example i per row (e.g. ``max(|src|, |tgt|) + 1``).
@@ -66,37 +78,50 @@ def token_batches(
     worth (so batches differ from epoch to epoch while padding stays small) and the batches are
     shuffled; without it, order is by length (deterministic, for evaluation).
     ``max_sentences`` also caps the rows per batch. A single example longer than the budget
-    still gets a batch of its own.
+    still gets a batch of its own. Only numpy arrays of the n indices are held: the batches are
+    views of them. The random draws are ``rng.shuffle``'s on the indices, then on the batches,
+    so a seed gives the batches it gave when they were Python lists.
     """
-    order = list(range(len(lengths)))
-    if rng is not None:
-        rng.shuffle(order)
-        mean = max(1.0, sum(lengths) / max(1, len(lengths)))
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.arange(len(lengths), dtype=np.int64)
+    if rng is not None and len(order):
+        rng.shuffle(order)  # type: ignore[arg-type]  # swaps in place, as on a list
+        mean = max(1.0, int(lengths.sum()) / len(lengths))
         size = max(1, int(pool * max_tokens / mean))
-        chunks = [order[i : i + size] for i in range(0, len(order), size)]
     else:
-        chunks = [order]
-    batches: list[list[int]] = []
-    for chunk in chunks:
-        chunk.sort(key=lambda i: lengths[i])
-        batch: list[int] = []
-        longest = 0
-        for i in chunk:
-            longest_if_added = max(longest, lengths[i])
-            full = max_sentences is not None and len(batch) >= max_sentences
-            if batch and (full or longest_if_added * (len(batch) + 1) > max_tokens):
-                batches.append(batch)
-                batch, longest_if_added = [], lengths[i]
-            batch.append(i)
-            longest = longest_if_added
-        if batch:
-            batches.append(batch)
+        size = max(1, len(order))
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), size):
+        chunk = order[start : start + size]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += _greedy(chunk, lengths[chunk], max_tokens, max_sentences)
     if rng is not None:
         rng.shuffle(batches)
     return batches
 
 
-def padding_waste(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> float:
+def _greedy(
+    chunk: np.ndarray, sorted_lengths: np.ndarray, max_tokens: int, max_sentences: int | None
+) -> list[np.ndarray]:
+    """Cut ``chunk`` (sorted by length) into batches, each as long as it can be: row k joins
+    the batch that starts at p while (k - p + 1) * length_k <= max_tokens (its longest is
+    length_k, the lengths being sorted) and, with ``max_sentences``, k - p < max_sentences."""
+    batches, p, n = [], 0, len(chunk)
+    cap = n if max_sentences is None else max_sentences
+    while p < n:
+        width = min(n - p, cap, max(1, max_tokens) + 1)  # no batch holds more rows than tokens
+        cost = np.arange(1, width + 1) * sorted_lengths[p : p + width]  # (width,)
+        over = np.flatnonzero(cost[1:] > max_tokens)  # the first row always joins
+        end = p + (int(over[0]) + 1 if len(over) else width)
+        batches.append(chunk[p:end])
+        p = end
+    return batches
+
+
+def padding_waste(
+    batches: Sequence[Sequence[int] | np.ndarray], lengths: Sequence[int] | np.ndarray
+) -> float:
     """Share of padded positions that hold padding, over all batches."""
-    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
-    return 1.0 - sum(lengths) / padded if padded else 0.0
+    cost = np.asarray(lengths, dtype=np.int64)
+    padded = sum(int(cost[np.asarray(b, dtype=np.int64)].max()) * len(b) for b in batches if len(b))
+    return 1.0 - int(cost.sum()) / padded if padded else 0.0

@@ -21,16 +21,19 @@ problem is a one-line `TformerError` naming the file and 1-based line: nothing i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import zip_longest
 from pathlib import Path
 
 import datasets
+import numpy as np
 from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
@@ -65,20 +68,16 @@ def load_corpus(
 ) -> DatasetDict:
     """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
     ``carve=False``: only the splits the source holds, none carved out of train."""
-    if src_file is not None or tgt_file is not None:
-        splits = {"train": _read_file_pair(src_file, tgt_file, "--src-file/--tgt-file")}
-    elif str(data) == FILES:
-        raise TformerError(
-            f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
-        )
-    elif str(data).startswith("hf:"):
+    files = dict(src_file=src_file, tgt_file=tgt_file, valid_src_file=valid_src_file,
+                 valid_tgt_file=valid_tgt_file)  # fmt: skip
+    located = locate_files(data, src_lang, tgt_lang, **files)
+    if located is None:
         splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
+        if valid_src_file is not None or valid_tgt_file is not None:
+            options = "--valid-src-file/--valid-tgt-file"
+            splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
     else:
-        path = toy_corpus_dir() if str(data) == "toy" else Path(data)
-        splits = _load_path(path, src_lang, tgt_lang)
-    if valid_src_file is not None or valid_tgt_file is not None:
-        options = "--valid-src-file/--valid-tgt-file"
-        splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
+        splits = {name: reader(*paths) for name, (reader, paths) in located.items()}
     carved = {name for name in SPLITS if name not in splits} if carve else set()
     if carve:
         splits = _carve(splits, seed, carve_size)
@@ -94,6 +93,68 @@ def load_corpus(
 
 
 CARVED = "carved from train"  # the description of a split that the source did not hold
+Located = dict[str, tuple[Callable[..., Pairs], tuple[Path, ...]]]  # split -> (reader, files)
+
+
+def locate_files(
+    data: str | Path,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    **files: str | Path | None,
+) -> Located | None:
+    """The files each split of the corpus is read from, with their reader, found without
+    reading them (``load_corpus``'s sources; ``files``: its ``src_file`` ... ``valid_tgt_file``);
+    None for an ``hf:`` dataset without --src-file (its valid split may still be files)."""
+    if files.get("src_file") is not None or files.get("tgt_file") is not None:
+        located = {"train": _file_pair(files.get("src_file"), files.get("tgt_file"),
+                                       "--src-file/--tgt-file")}  # fmt: skip
+    elif str(data) == FILES:
+        raise TformerError(
+            f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
+        )
+    elif str(data).startswith("hf:"):
+        return None
+    else:
+        path = toy_corpus_dir() if str(data) == "toy" else Path(data)
+        located = _locate_path(path, src_lang, tgt_lang)
+    if files.get("valid_src_file") is not None or files.get("valid_tgt_file") is not None:
+        options = "--valid-src-file/--valid-tgt-file"
+        located["valid"] = _file_pair(files["valid_src_file"], files["valid_tgt_file"], options)
+    return located
+
+
+def fingerprinted_corpus(
+    data: str | Path, *, seed: int = 1234, **options: str | Path | None
+) -> tuple[str, Callable[[], DatasetDict]]:
+    """The corpus's fingerprint, and a loader of it (``load_corpus(data, seed=seed,
+    **options)``, loaded once). Local files are fingerprinted by a streamed hash of their
+    bytes, the split each makes and the seed that carves the missing splits: a corpus whose
+    tokenizer and encoding are cached is never read. An ``hf:`` corpus is loaded and hashed."""
+    load = functools.cache(lambda: load_corpus(data, seed=seed, **options))  # type: ignore[arg-type]
+    files = {k: options.get(k) for k in PARALLEL_FILES}
+    located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
+    if located is None:
+        return corpus_fingerprint(load()), load
+    h = hashlib.sha256(f"files\x1d{seed}".encode())
+    for name, (reader, paths) in sorted(located.items()):
+        h.update(f"\x1d{name}\x1d{reader.__name__}".encode())
+        for path in paths:
+            h.update(b"\x1e" + _file_hash(path))
+    return h.hexdigest()[:16], load
+
+
+def _file_hash(path: Path, block: int = 1 << 20) -> bytes:
+    """The SHA-256 of a file's bytes, read ``block`` bytes at a time."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(block):
+                h.update(chunk)
+    except FileNotFoundError:
+        raise TformerError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TformerError(f"{path}: cannot read ({e.strerror})") from e
+    return h.digest()
 
 
 def absolute_data(data: str) -> str:
@@ -168,27 +229,68 @@ def corpus_fingerprint(ds: DatasetDict) -> str:
     return h.hexdigest()[:16]
 
 
-def _read_lines(path: Path) -> list[str]:
+READ_ROWS = 10_000  # rows of a dataset read at a time
+
+
+def training_text(train: Dataset, sample: int = 0) -> Iterator[str]:
+    """The sentences a tokenizer trains on, streamed ``READ_ROWS`` rows at a time: every source,
+    then every target; with ``sample``, at most that many sentences, from ``sample // 2``
+    evenly spaced pairs (as SentencePiece's ``input_sentence_size`` bounds its input)."""
+    n = len(train)
+    if sample and 2 * n > sample:
+        train = train.select(np.linspace(0, n - 1, max(1, sample // 2)).astype(np.int64))
+    for column in ("src", "tgt"):
+        for start in range(0, len(train), READ_ROWS):
+            yield from train[start : start + READ_ROWS][column]
+
+
+READ_BYTES = 1 << 20  # bytes of a text file read and decoded at a time
+
+
+def _read_lines(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators),
-    without the blank lines after the last text."""
+    without the blank lines after the last text; read ``READ_BYTES`` at a time, each block cut
+    after its last newline (which no UTF-8 sequence holds), so an error names its line."""
+    blanks, seen = 0, False  # blank lines held back until text follows them
+    for line in _decoded_lines(path):
+        if not line.strip():
+            blanks += 1
+            continue
+        yield from [""] * blanks
+        blanks, seen = 0, True
+        yield line
+    if not seen:
+        raise TformerError(f"{path}: empty file")
+
+
+def _decoded_lines(path: Path) -> Iterator[str]:
+    """Every line of ``path`` (the text after a final newline is one more, empty), decoded a
+    block of whole lines at a time."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            pending, before = f.read(3).removeprefix(b"\xef\xbb\xbf"), 0  # a byte order mark
+            while True:
+                data = f.read(READ_BYTES)
+                pending += data
+                cut = pending.rfind(b"\n") + 1 if data else len(pending)  # at the end: all
+                if data and not cut:
+                    continue  # no whole line yet
+                block, pending = pending[:cut], pending[cut:]
+                try:
+                    lines = block.decode("utf-8").split("\n")
+                except UnicodeDecodeError as e:
+                    line = before + block.count(b"\n", 0, e.start) + 1
+                    raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
+                if data:
+                    lines.pop()  # the nothing after the block's last newline
+                before += len(lines)
+                yield from (line.removesuffix("\r") for line in lines)
+                if not data:
+                    return
     except FileNotFoundError:
         raise TformerError(f"{path}: no such file") from None
     except OSError as e:
         raise TformerError(f"{path}: cannot read ({e.strerror})") from e
-    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise TformerError(f"{path}:{line}: invalid UTF-8 ({e.reason})") from None
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    while lines and not lines[-1].strip():  # the final newline, and blank lines after the text
-        lines.pop()
-    if not lines:
-        raise TformerError(f"{path}: empty file")
-    return lines
 
 
 def _check_text(text: str | None, where: str, side: str) -> None:
@@ -197,20 +299,40 @@ def _check_text(text: str | None, where: str, side: str) -> None:
 
 
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
-    """Two files aligned by line number."""
-    src, tgt = _read_lines(src_path), _read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise TformerError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True), start=1):
-        _check_text(s, f"{src_path}:{i}", "source")
-        _check_text(t, f"{tgt_path}:{i}", "target")
+    """Two files aligned by line number, read in step; a line count that differs is reported
+    before an empty line (the first one is kept until both files are read)."""
+    src: list[str] = []
+    tgt: list[str] = []
+    counts, empty = [0, 0], None
+    for i, (s, t) in enumerate(zip_longest(_read_lines(src_path), _read_lines(tgt_path)), 1):
+        counts = [counts[0] + (s is not None), counts[1] + (t is not None)]
+        if s is None or t is None:
+            continue  # counting the longer file's rest
+        try:
+            _check_text(s, f"{src_path}:{i}", "source")
+            _check_text(t, f"{tgt_path}:{i}", "target")
+        except TformerError as e:
+            empty = empty or e
+        src.append(s)
+        tgt.append(t)
+    if counts[0] != counts[1]:
+        raise TformerError(f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}")
+    if empty is not None:
+        raise empty
     return src, tgt
 
 
 def _read_file_pair(src: str | Path | None, tgt: str | Path | None, options: str) -> Pairs:
+    reader, paths = _file_pair(src, tgt, options)
+    return reader(*paths)
+
+
+def _file_pair(
+    src: str | Path | None, tgt: str | Path | None, options: str
+) -> tuple[Callable[..., Pairs], tuple[Path, ...]]:
     if src is None or tgt is None:
         raise TformerError(f"give both a source file and a target file ({options})")
-    return _read_plain(Path(src), Path(tgt))
+    return _read_plain, (Path(src), Path(tgt))
 
 
 def _read_tsv(path: Path) -> Pairs:
@@ -270,24 +392,24 @@ def _choose_langs(
     return src_lang, tgt_lang
 
 
-def _load_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+def _locate_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     if path.is_dir():
-        return _load_dir(path, src_lang, tgt_lang)
+        return _locate_dir(path, src_lang, tgt_lang)
     if path.suffix == ".tsv" and path.is_file():
-        return {"train": _read_tsv(path)}
+        return {"train": (_read_tsv, (path,))}
     if path.suffix == ".jsonl" and path.is_file():
-        return {"train": _read_jsonl(path)}
+        return {"train": (_read_jsonl, (path,))}
     if not path.exists():
         raise TformerError(f"{path}: no such file or folder")
     raise TformerError(f"{path}: expected a folder, a .tsv or .jsonl file, 'toy' or 'hf:NAME'")
 
 
-def _load_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> dict[str, Pairs]:
+def _locate_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     files = {p.name for p in folder.iterdir() if p.is_file()}
     for ext, reader in ((".tsv", _read_tsv), (".jsonl", _read_jsonl)):
         if f"train{ext}" in files:
             stems = [name.removesuffix(ext) for name in files if name.endswith(ext)]
-            return {s: reader(folder / f"{n}{ext}") for s, n in _pick_splits(stems).items()}
+            return {s: (reader, (folder / f"{n}{ext}",)) for s, n in _pick_splits(stems).items()}
     langs = [name.removeprefix("train.") for name in files if name.startswith("train.")]
     if not langs:
         raise TformerError(
@@ -296,7 +418,7 @@ def _load_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> dict[
     src_lang, tgt_lang = _choose_langs(str(folder), langs, src_lang, tgt_lang)
     stems = [name.removesuffix(f".{src_lang}") for name in files if name.endswith(f".{src_lang}")]
     return {
-        split: _read_plain(folder / f"{stem}.{src_lang}", folder / f"{stem}.{tgt_lang}")
+        split: (_read_plain, (folder / f"{stem}.{src_lang}", folder / f"{stem}.{tgt_lang}"))
         for split, stem in _pick_splits(stems).items()
     }
 

@@ -22,83 +22,102 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 from datasets import DatasetDict
+from rich.progress import Progress
+from tokenizers import Tokenizer
 
 from tformer_cli import __version__
-from tformer_cli.data.corpus import SPLITS, corpus_fingerprint
+from tformer_cli.data.corpus import SPLITS, corpus_fingerprint, training_text
+from tformer_cli.data.split import ArrowColumn, Split
 from tformer_cli.data.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
 from tformer_cli.errors import TformerError
 
 CACHE_DIR = ".cache"  # under the runs folder
 FORMAT = 1  # bump when an entry's layout changes
 TOKENIZER = "tokenizer.json"
+ENCODE_ROWS = 20_000  # pairs encoded and written at a time: one record batch
 SCHEMA = pa.schema(
     [("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32())), ("ref", pa.string())]
 )
-
-Encoded = tuple[list[list[int]], list[list[int]], list[str]]  # (src ids, tgt ids, references)
 
 
 class DataCache:
     """The cache entries of one corpus under ``cache_dir``."""
 
-    def __init__(self, cache_dir: Path, corpus: DatasetDict) -> None:
-        self.cache_dir, self.corpus = cache_dir, corpus
-        self.fingerprint = corpus_fingerprint(corpus)
+    def __init__(
+        self,
+        cache_dir: Path,
+        corpus: DatasetDict | Callable[[], DatasetDict],
+        fingerprint: str | None = None,
+    ) -> None:
+        """``corpus``, or a loader of it called on a miss alone, with its ``fingerprint``
+        (``fingerprinted_corpus``; default: ``corpus_fingerprint`` of the loaded corpus)."""
+        self.cache_dir = cache_dir
+        self.load = corpus if callable(corpus) else lambda: corpus
+        self.fingerprint = fingerprint or corpus_fingerprint(self.corpus)
+
+    @property
+    def corpus(self) -> DatasetDict:
+        """The corpus, loaded now if it was not yet."""
+        return self.load()
 
     def _entry(self, kind: str, *settings: str) -> Path:
         parts = "\x1f".join((str(FORMAT), __version__, self.fingerprint, *settings))
         return self.cache_dir / f"{kind}-{hashlib.sha256(parts.encode()).hexdigest()[:16]}"
 
-    def tokenizer(self, kind: str, vocab_size: int) -> tuple[Path, bool]:
-        """The cached tokenizer.json trained on the train split (both sides), trained now on a
-        miss. Returns its path and whether it was cached already."""
-        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature())
+    def tokenizer(self, kind: str, vocab_size: int, sample: int = 0) -> tuple[Path, bool]:
+        """The cached tokenizer.json trained on the train split (both sides; at most ``sample``
+        sentences of it, 0: all, ``training_text``), trained now on a miss. Returns its path and
+        whether it was cached already."""
+        entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature(), str(sample))
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
-        train = self.corpus["train"]
-        tok = train_tokenizer([*train["src"], *train["tgt"]], vocab_size, kind)
+        tok = train_tokenizer(training_text(self.corpus["train"], sample), vocab_size, kind)
         _write_entry(entry, lambda tmp: tok.save(str(tmp / TOKENIZER)))
         return entry / TOKENIZER, False
 
-    def encoded(self, tokenizer_path: Path) -> tuple[dict[str, Encoded], Path, bool]:
-        """Every split encoded by the tokenizer in ``tokenizer_path``, from the cache or encoded
-        now and cached. Returns the splits, the entry and whether it was cached already."""
+    def encoded(
+        self, tokenizer_path: Path, progress: Progress | None = None
+    ) -> tuple[dict[str, Split], Path, bool]:
+        """Every split encoded by the tokenizer in ``tokenizer_path``, encoded now and cached on
+        a miss (counted on ``progress``, a bar), as memory-mapped views of the entry's files
+        (``read_split``). Returns the splits, the entry and whether it was cached already."""
         entry = self._entry("encoded", hashlib.sha256(tokenizer_path.read_bytes()).hexdigest())
-        if entry.is_dir():
-            return {name: _read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, True
-        tok = load_tokenizer(tokenizer_path)
-        splits = {
-            name: (
-                encode(tok, self.corpus[name]["src"]),
-                encode(tok, self.corpus[name]["tgt"]),
-                list(self.corpus[name]["tgt"]),
-            )
-            for name in SPLITS
-        }
+        hit = entry.is_dir()
+        if not hit:
+            tok = load_tokenizer(tokenizer_path)
+            with progress or Progress(disable=True) as bar:
+                task = bar.add_task("encode", total=sum(map(len, self.corpus.values())), info="")
+                _write_entry(entry, lambda tmp: self._encode(tok, tmp, partial(bar.advance, task)))
+        return {name: read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, hit
 
-        def write(tmp: Path) -> None:
-            for name, columns in splits.items():
-                table = pa.Table.from_arrays(
-                    [pa.array(c, type=t) for c, t in zip(columns, SCHEMA.types, strict=True)],
-                    schema=SCHEMA,
-                )
-                with pa.ipc.new_file(tmp / f"{name}.arrow", SCHEMA) as writer:
-                    writer.write_table(table)
-
-        _write_entry(entry, write)
-        return splits, entry, False
+    def _encode(self, tok: Tokenizer, folder: Path, advance: Callable[[int], None]) -> None:
+        """Write every split encoded by ``tok`` to ``folder/<split>.arrow``, ``ENCODE_ROWS``
+        pairs (one record batch) at a time, calling ``advance(rows)`` after each."""
+        for name in SPLITS:
+            split = self.corpus[name]
+            with pa.ipc.new_file(folder / f"{name}.arrow", SCHEMA) as writer:
+                for start in range(0, len(split), ENCODE_ROWS):
+                    rows = split[start : start + ENCODE_ROWS]
+                    ids = [encode(tok, rows["src"]), encode(tok, rows["tgt"]), rows["tgt"]]
+                    writer.write_batch(pa.record_batch(ids, schema=SCHEMA))
+                    advance(len(rows["tgt"]))
 
 
-def _read_split(path: Path) -> Encoded:
+def read_split(path: Path) -> Split:
+    """The split in the Arrow file ``path``, memory-mapped: its columns are views of the file
+    (``ArrowColumn``), so the pages are read as rows are, and shared by every process that maps
+    the file."""
     try:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
-            src, tgt, refs = (table.column(name).to_pylist() for name in SCHEMA.names)
-            return src, tgt, refs
+        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+        if table.schema != SCHEMA:
+            raise pa.ArrowInvalid(f"schema {table.schema} is not {SCHEMA}")
+        src, tgt, refs = (ArrowColumn(table.column(name).chunks) for name in SCHEMA.names)
+        return Split(src, tgt, refs)
     except (OSError, pa.ArrowInvalid) as e:
         raise TformerError(f"{path} is corrupt ({e}); delete {path.parent} to rebuild it") from None
 

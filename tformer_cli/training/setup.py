@@ -5,6 +5,7 @@ folder, its place (device, DDP process group) and its data and tokenizer."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -13,14 +14,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from datasets import DatasetDict
 from rich.console import Console
 
 from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
-from tformer_cli.data.corpus import kept_data, load_corpus
+from tformer_cli.console import make_progress
+from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
-from tformer_cli.data.split import Split, fits_positions
+from tformer_cli.data.split import Split, fits_positions, lengths
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.device import resolve_device
 from tformer_cli.errors import TformerError
@@ -34,7 +38,8 @@ TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
     "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
     "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
     "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
-    "tokenizer_file": ("train", "tokenizer_file"), "init_from": ("train", "init_from"),
+    "tokenizer_file": ("train", "tokenizer_file"),
+    "tokenizer_sample": ("train", "tokenizer_sample"), "init_from": ("train", "init_from"),
     "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
     "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
     "positional": ("model", "positional"), "norm": ("model", "norm"),
@@ -219,19 +224,26 @@ def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
 ) -> tuple[Any, dict[str, Split]]:
-    """Load the corpus, get the run's tokenizer (on resume its own) and every split encoded,
-    both through the cache beside the runs (``data_cache.py``); drop training pairs over max_len
+    """Fingerprint the corpus, get the run's tokenizer (on resume its own) and every split
+    encoded, both through the cache beside the runs (``data_cache.py``: the corpus is read on a
+    miss alone); drop training pairs over max_len
     and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
 
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
     """
-    corpus = load_corpus(
+    fingerprint, load = fingerprinted_corpus(
         cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
         tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
         valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
     )  # fmt: skip
-    cache = DataCache(run_dir.parent / CACHE_DIR, corpus)
+
+    def read() -> DatasetDict:  # on a cache miss alone
+        corpus = load()
+        console.log(f"read the corpus: {len(corpus['train'])} training pairs")
+        return corpus
+
+    cache = DataCache(run_dir.parent / CACHE_DIR, functools.cache(read), fingerprint)
     tok_path = run_dir / "tokenizer.json"
     if resume:
         tok = load_tokenizer(tok_path)
@@ -242,7 +254,7 @@ def prepare(
         tok = load_tokenizer(tok_path)
         console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
     else:
-        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size)
+        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size, cfg.tokenizer_sample)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
         tok = load_tokenizer(tok_path)
@@ -252,40 +264,43 @@ def prepare(
             else f"trained a {cfg.tokenizer_kind} tokenizer"
         )
         console.log(f"{how}: {tok.get_vocab_size()} types")
-    encoded, entry, hit = cache.encoded(tok_path)
+    encoded, entry, hit = cache.encoded(tok_path, make_progress("encode", console))
     if hit:
-        n = sum(len(refs) for _, _, refs in encoded.values())
+        n = sum(len(split.refs) for split in encoded.values())
         console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
     else:
         console.log(f"tokenized data: cached at {entry}")
-    splits = {}
-    for name, (src, tgt, refs) in encoded.items():
-        if name == "train":
-            keep = [i for i in range(len(src)) if max(len(src[i]), len(tgt[i])) < cfg.max_len]
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} training pairs over {cfg.max_len} tokens"
-                )
-            if not keep:  # the caller removes the new run folder, as for bad data
-                raise TformerError(
-                    f"no training pairs left: all {len(src)} have {cfg.max_len} tokens or more"
-                    " on a side (--max-len)"
-                )
-        else:
-            longest = max_positions - 1  # room for </s> (source) or <s> (target)
-            keep = fits_positions(src, tgt, max_positions)
-            if src and not keep:
-                raise TformerError(
-                    f"every {name} pair ({len(src)}) is longer than the model's {longest} tokens"
-                )
-            if len(keep) < len(src):
-                console.log(
-                    f"skipped {len(src) - len(keep)} {name} pairs longer than the model's"
-                    f" {longest} tokens"
-                )
-        src, tgt, refs = [src[i] for i in keep], [tgt[i] for i in keep], [refs[i] for i in keep]
-        splits[name] = Split(src, tgt, refs)
-    return tok, splits
+    return tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
+                 for name, split in encoded.items()}  # fmt: skip
+
+
+def kept_pairs(
+    name: str, split: Split, max_len: int, max_positions: int, log: Callable[[str], None]
+) -> Split:
+    """The pairs of split ``name`` that training reads: training pairs under ``max_len`` tokens
+    a side, validation/test pairs that fit the model's positions (``fits_positions``, as
+    ``tformer eval`` keeps them); a split left empty is an error. The split itself where every
+    pair is kept, else a view through the kept indices (numpy, from the lengths alone)."""
+    n = len(split.refs)
+    if name == "train":
+        keep = np.flatnonzero(np.maximum(lengths(split.src), lengths(split.tgt)) < max_len)
+        if len(keep) < n:
+            log(f"skipped {n - len(keep)} training pairs over {max_len} tokens")
+        if not len(keep):  # the caller removes the new run folder, as for bad data
+            raise TformerError(
+                f"no training pairs left: all {n} have {max_len} tokens or more"
+                " on a side (--max-len)"
+            )
+    else:
+        longest = max_positions - 1  # room for </s> (source) or <s> (target)
+        keep = np.asarray(fits_positions(split.src, split.tgt, max_positions), dtype=np.int64)
+        if n and not len(keep):
+            raise TformerError(
+                f"every {name} pair ({n}) is longer than the model's {longest} tokens"
+            )
+        if len(keep) < n:
+            log(f"skipped {n - len(keep)} {name} pairs longer than the model's {longest} tokens")
+    return split if len(keep) == n else split.select(keep)
 
 
 def tensorboard_writer(folder: Path) -> Callable[[], Any]:

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from rich.console import Console
@@ -39,7 +40,8 @@ from tformer_cli.checkpoint import (
 from tformer_cli.compile import maybe_compile
 from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from tformer_cli.console import make_progress
-from tformer_cli.data.batching import Batch, make_batch, padding_waste, token_batches
+from tformer_cli.data.batching import Batch, make_batch, padding_waste, plan_batches
+from tformer_cli.data.split import lengths
 from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.translate import translate_ids
 from tformer_cli.device import autocast, oom_hint, precision_name, resolve_precision, setup_threads
@@ -229,8 +231,9 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=ids) if ddp else None
         self.last_save = time.perf_counter()
         train = self.data["train"]
-        self.lengths = [max(len(s), len(t)) + 1 for s, t in zip(train.src, train.tgt, strict=True)]
-        self.batches: tuple[int, list[list[int]]] = (-1, [])  # (epoch, its batches)
+        self.tgt_lengths = lengths(train.tgt)  # (n,) int32: target tokens, for the loss scale
+        self.lengths = np.maximum(lengths(train.src), self.tgt_lengths) + 1  # (n,) with </s>
+        self.batches: tuple[int, list[np.ndarray]] = (-1, [])  # (epoch, its batches)
         self.rate = TokenRate()
         self.bar: Callable[..., None] = lambda **_: None  # the progress bar's update, in run()
 
@@ -277,18 +280,19 @@ class Trainer:
             self.console.log(text)
 
     # ----------------------------------------------------------------- an update
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This epoch's batches: a function of (seed, epoch) alone, so resuming replays them."""
         if self.batches[0] != epoch:
             order = random.Random(self.cfg.seed * 1000 + epoch)
-            self.batches = (epoch, token_batches(self.lengths, self.cfg.max_tokens, order))
+            self.batches = (epoch, plan_batches(self.lengths, self.cfg.max_tokens, order))
         return self.batches[1]
 
-    def _batch(self, idx: list[int]) -> Batch:
+    def _batch(self, idx: np.ndarray) -> Batch:
+        """The pairs at ``idx``, read from the training split (memory-mapped), padded."""
         train = self.data["train"]
         return make_batch([train.src[i] for i in idx], [train.tgt[i] for i in idx]).to(self.device)
 
-    def _step(self, batches: list[list[int]]) -> tuple[torch.Tensor, int, bool]:
+    def _step(self, batches: list[np.ndarray]) -> tuple[torch.Tensor, int, bool]:
         """One update from ``accum`` batches: (mean loss per target token, target tokens,
         whether it was made); a skipped update leaves the step count as it was."""
         s = self.state
@@ -296,8 +300,7 @@ class Trainer:
         lr = self.lr(s.step + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        tgt = self.data["train"].tgt
-        n_tokens = sum(len(tgt[i]) + 1 for idx in batches for i in idx)  # + </s>; no sync
+        n_tokens = sum(int(self.tgt_lengths[idx].sum()) + len(idx) for idx in batches)  # + </s>
         w = self.world
         mine, seeds = w.shard(batches), w.shard(micro_seeds(self.cfg.seed, s.step, len(batches)))
         scale = w.size / n_tokens
@@ -542,7 +545,7 @@ class Trainer:
         """The model, the device, the precision and the batches, in one line."""
         n_params = sum(p.numel() for p in self.model.parameters())
         first = self._epoch_batches(self.state.epoch)
-        longest = max(self.lengths)  # a pair over --max-tokens gets a batch of its own
+        longest = int(self.lengths.max())  # a pair over --max-tokens gets a batch of its own
         limit = self.cfg.max_tokens
         size = f"<= {limit}" if longest <= limit else f"<= {longest} (one pair)"
         self.console.log(
