@@ -20,6 +20,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -209,3 +210,24 @@ def peak_memory_mib(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class TokenRate:
+    """Target tokens per second of training; validations and saves are left out."""
+
+    def __init__(self) -> None:
+        self.tokens, self.start = 0, time.perf_counter()
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    def pause(self, seconds: float) -> None:
+        """Leave out ``seconds`` spent on something else."""
+        self.start += seconds
+
+    def take(self) -> float:
+        """The rate since the last take; counting starts again."""
+        now = time.perf_counter()
+        rate = self.tokens / (now - self.start)
+        self.tokens, self.start = 0, now
+        return rate

@@ -67,6 +67,7 @@ from tformer_cli.training.setup import (
 )
 from tformer_cli.training.state import (
     KillPoints,
+    TokenRate,
     TrainResult,
     TrainState,
     ended_with_test,
@@ -152,27 +153,6 @@ def train_step(
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total, made
-
-
-class TokenRate:
-    """Target tokens per second of training; validations and saves are left out."""
-
-    def __init__(self) -> None:
-        self.tokens, self.start = 0, time.perf_counter()
-
-    def add(self, tokens: int) -> None:
-        self.tokens += tokens
-
-    def pause(self, seconds: float) -> None:
-        """Leave out ``seconds`` spent on something else."""
-        self.start += seconds
-
-    def take(self) -> float:
-        """The rate since the last take; counting starts again."""
-        now = time.perf_counter()
-        rate = self.tokens / (now - self.start)
-        self.tokens, self.start = 0, now
-        return rate
 
 
 class Trainer:
