@@ -28,6 +28,7 @@ from tformer_cli.cli.options import (
     MAX_BEAM,
     MAX_HYPOTHESES,
     Compile,
+    DecodePrecision,
     Device,
     Engine,
     Epsilon,
@@ -235,16 +236,7 @@ TRANSLATE = declared(
         None,
     ),
     device=(Device, "auto"),
-    precision=(
-        Annotated[
-            str | None,
-            typer.Option(
-                help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the"
-                " precision the run was trained with."
-            ),
-        ],
-        None,
-    ),
+    precision=(DecodePrecision, None),
     compile=(Compile, "auto"),
     engine=(Engine, "torch"),
     quiet=(Quiet, False),

@@ -23,6 +23,7 @@ from tformer_cli.cli.decode import run_alpha, search_config
 from tformer_cli.cli.options import (
     Alpha,
     Compile,
+    DecodePrecision,
     Device,
     Engine,
     Epsilon,
@@ -121,16 +122,7 @@ EVAL = declared(
         1234,
     ),
     device=(Device, "auto"),
-    precision=(
-        Annotated[
-            str | None,
-            typer.Option(
-                help="fp32, bf16, auto, or int8 (int8 weights, CPU only). Default: the precision"
-                " the run was trained with."
-            ),
-        ],
-        None,
-    ),
+    precision=(DecodePrecision, None),
     compile=(Compile, "auto"),
     engine=(Engine, "torch"),
     threads=(Threads, 0),

@@ -111,6 +111,13 @@ Compile = Annotated[
         " built, building it when decoding runs long), on (compile it now) or off (eager)."
     ),
 ]
+DecodePrecision = Annotated[
+    str | None,
+    typer.Option(
+        help="fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the precision"
+        " the run was trained with."
+    ),
+]
 Engine = Annotated[
     str,
     typer.Option(
