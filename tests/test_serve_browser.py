@@ -61,10 +61,13 @@ def run(tmp_path_factory) -> LoadedRun:
 
 @pytest.fixture(scope="module")
 def server(run) -> Iterator[str]:
-    """A real uvicorn server in a thread, on a free port of 127.0.0.1; yields its URL."""
+    """A real uvicorn server in a thread, on a free port of 127.0.0.1; yields its URL. It loads
+    its own copy of the run: its model thread owns that model, and the tests read ``run`` from
+    this thread while the page's requests run (attention recording is per-model state)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(create_app(run), log_level="warning", lifespan="on")
+    own = load_run(run.run_dir, "cpu")
+    config = uvicorn.Config(create_app(own), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
