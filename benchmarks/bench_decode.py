@@ -7,7 +7,10 @@ the eager step); the "floor", the same weights through the bare static-shape ste
 no search bookkeeping, beam's rows without reordering), so the search's overhead is a number;
 our search without the KV cache (fp32); Hugging Face ``generate()`` on a ``MarianMTModel`` of
 equal dimensions as shipped, and at its best (static cache and a compiled forward, where that
-works); and CTranslate2 (that model converted, CPU) when the ``bench`` extra is installed.
+works); and CTranslate2 (that model converted, CPU) when the ``bench`` extra is installed; and
+``tformer --engine ctranslate2``: our model through tformer's own export (``tformer export
+--to ctranslate2``) and its engine (``interop.engine.translate_sources``: length-grouped
+``translate_batch`` calls, hypotheses mapped back and detokenized), as a user runs it.
 Every system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until
 then (our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
 ``min_decoding_length``), so all do the same work on random weights. int8 is the same
@@ -41,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -195,8 +199,7 @@ def ctranslate2_model(model: Any, workdir: str) -> tuple[str, list[str]] | str:
         from ctranslate2.converters.transformers import BartLoader, MarianMTLoader
     except ImportError:
         return "not installed (pip install -e '.[bench]')"
-    vocab = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, model.config.vocab_size)]
-    assert [vocab[i] for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    vocab = vocab_of(model.config.vocab_size)
 
     class Tokenizer:  # what the loader reads from a tokenizer; no sentencepiece files needed
         eos_token, unk_token = "</s>", "<unk>"
@@ -221,14 +224,45 @@ def ctranslate2_model(model: Any, workdir: str) -> tuple[str, list[str]] | str:
         return f"conversion failed ({type(e).__name__}: {e})"
 
 
+def tformer_ctranslate2(model: Transformer, workdir: str, quantization: str) -> str:
+    """Our model's CTranslate2 export by tformer's own converter (``interop.ct2``, what
+    ``tformer export --to ctranslate2`` writes), its folder; its vocabulary is ``vocab_of``."""
+    from ctranslate2.converters import Converter
+
+    from tformer_cli.interop.ct2 import transformer_as_spec
+
+    class Ours(Converter):
+        def _load(self) -> Any:
+            return transformer_as_spec(model, vocab_of(model.cfg.vocab_size))
+
+    return Ours().convert(os.path.join(workdir, "tformer-ct2"), quantization=quantization)
+
+
+def vocab_of(size: int) -> list[str]:
+    """Token strings of the random models' ids, the special tokens at tformer's ids."""
+    vocab = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, size)]
+    assert [vocab[i] for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    return vocab
+
+
 class Worker:
     """CTranslate2 (``compute_type``: float32, int8...) serving ``translate_batch`` from a
     process of its own, started by ``open`` and ended by ``close``; called as a ``Run``."""
 
     def __init__(
-        self, path: str, vocab: list[str], threads: int, compute_type: str, env: dict[str, str]
+        self,
+        path: str,
+        vocab: list[str],
+        threads: int,
+        compute_type: str,
+        env: dict[str, str],
+        engine: bool = False,
     ) -> None:
-        self.args, self.vocab, self.env = (path, threads, compute_type), vocab, env
+        self.args = (
+            (path, vocab, threads, compute_type) if engine else (path, threads, compute_type)
+        )
+        self.vocab, self.env = vocab, env
+        self.engine = engine  # through tformer's engine (token ids in), else translate_batch
         self.conn: Connection | None = None
         self.process: multiprocessing.process.BaseProcess | None = None
 
@@ -237,7 +271,9 @@ class Worker:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
         self.process = ctx.Process(
-            target=ctranslate2_worker, args=(*self.args, self.env, child_conn), daemon=True
+            target=engine_worker if self.engine else ctranslate2_worker,
+            args=(*self.args, self.env, child_conn),
+            daemon=True,
         )
         self.process.start()  # a daemon: it ends with the benchmark at the latest
         ready = self.conn.recv()  # "ready" once the model is loaded, else why not
@@ -252,13 +288,20 @@ class Worker:
 
     def __call__(self, src: Tensor, beam: int, length: int) -> list[int]:
         assert self.conn is not None, "the CTranslate2 worker is not open"
-        tokens = [[self.vocab[i] for i in row if i != PAD_ID] for row in src.tolist()]
-        self.conn.send((tokens, beam, length))
+        ids = [[i for i in row if i != PAD_ID] for row in src.tolist()]
+        if self.engine:  # tformer's engine takes ids without </s>
+            self.conn.send(([row[:-1] for row in ids], beam, length))
+        else:
+            self.conn.send(([[self.vocab[i] for i in row] for row in ids], beam, length))
         return self.conn.recv()
 
 
 def ctranslate2_worker(
-    path: str, threads: int, compute_type: str, env: dict[str, str], conn: Connection
+    path: str,
+    threads: int,
+    compute_type: str,
+    env: dict[str, str],
+    conn: Connection,
 ) -> None:
     """Serve ``translate_batch`` calls from a process of its own (``env``: CTranslate2's
     settings, set before it loads).
@@ -288,6 +331,44 @@ def ctranslate2_worker(
             min_decoding_length=length, return_scores=False,
         )  # fmt: skip
         conn.send([len(r.hypotheses[0]) for r in results])
+
+
+def engine_worker(
+    path: str,
+    vocab: list[str],
+    threads: int,
+    compute_type: str,
+    env: dict[str, str],
+    conn: Connection,
+) -> None:
+    """``ctranslate2_worker`` through tformer's engine: ``translate_sources`` of ids with a
+    ``DecodeConfig`` (``min_len`` = the limit = ``length``), what ``--engine ctranslate2`` runs."""
+    os.environ.update(env)
+    try:
+        import ctranslate2
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+
+        from tformer_cli.interop import engine
+
+        translator = ctranslate2.Translator(
+            path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+        )
+        ids = {token: i for i, token in enumerate(vocab)}
+        model = engine.Ct2Model(translator, vocab, ids, 1 << 16, Path(path))
+        tokenizer = Tokenizer(WordLevel(ids, unk_token="<unk>"))
+    except Exception as e:  # tell the benchmark why, rather than leave it waiting
+        conn.send(f"{type(e).__name__}: {e}")
+        return
+    conn.send("ready")
+    while True:
+        try:
+            sources, beam, length = conn.recv()
+        except (EOFError, OSError):
+            return
+        cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
+        out = engine.translate_sources(model, tokenizer, sources, cfg)
+        conn.send([len(t.hypotheses[0].tokens) for _, t in out])
 
 
 # The matrix and attention kernels: what a leaner loop around them could not make faster.
@@ -342,6 +423,26 @@ def compile_modes(args: argparse.Namespace, device: torch.device, precision: str
     return modes
 
 
+def engine_system(
+    args: argparse.Namespace, cfg: ModelConfig, name: str, threads: int, workdir: str,
+    notes: list[str],
+) -> list[System]:  # fmt: skip
+    """``tformer --engine ctranslate2`` at precision ``name``: our model (the weights of our own
+    rows) exported by tformer and run by its engine in a worker process; or a note why not."""
+    kind = {"fp32": "float32"}.get(name, name)
+    torch.manual_seed(0)
+    try:
+        path = tformer_ctranslate2(Transformer(cfg).eval(), os.path.join(workdir, name), kind)
+    except ImportError:
+        return []  # CTranslate2's own row says it is not installed
+    except Exception as e:  # any converter failure is the reason to report
+        notes.append(f"tformer --engine ctranslate2 {name}: not measured ({type(e).__name__}: {e})")
+        return []
+    env = dict(kv.split("=", 1) for kv in args.ct2_env)
+    worker = Worker(path, vocab_of(cfg.vocab_size), threads, kind, env, engine=True)
+    return [System("tformer --engine ctranslate2", worker, worker=worker)]
+
+
 def build(
     args: argparse.Namespace, cfg: ModelConfig, device: torch.device, threads: int, workdir: str
 ) -> tuple[list[Precision], list[str], list[str]]:
@@ -362,6 +463,8 @@ def build(
             systems.append(
                 System("tformer, no cache", tformer_run(model, False, "off", dtype), True)
             )
+        if not args.no_ct2 and device.type == "cpu" and name != "bf16":
+            systems += engine_system(args, cfg, name, threads, workdir, notes)
         hf = None if args.no_hf and args.no_ct2 else marian(cfg)  # CTranslate2 converts it
         if hf is None and not (args.no_hf and args.no_ct2):
             notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
@@ -389,7 +492,7 @@ def build(
         import transformers
 
         versions.append(f"transformers {transformers.__version__}")
-    if any(s.name == "CTranslate2" for p in out for s in p.systems):
+    if any("ctranslate2" in s.name.lower() for p in out for s in p.systems):
         import ctranslate2
 
         versions.append(f"ctranslate2 {ctranslate2.__version__}")
