@@ -92,6 +92,32 @@ def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
     assert built == [1] and step.compiled_now is not None
 
 
+def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_path, monkeypatch):
+    """A timed build of a step of this shape (any weights) sets ``auto``'s threshold: here 5 s
+    instead of ``BUILD_AFTER``; a step of another beam count keeps the default."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert aot.build_seconds(trained_model, 1) is None
+    retrained = copy.deepcopy(trained_model)
+    with torch.no_grad():
+        retrained.generator.weight[5, 3] += 1e-3  # another model.pt of the same shape
+    aot.record_build(retrained, 1, 5.04)
+    assert aot.build_seconds(trained_model, 1) == 5.0
+    assert aot.build_seconds(trained_model, 2) is None
+    (tmp_path / "tformer" / "steps" / aot.BUILDS).write_text("[not a table")
+    assert aot.build_seconds(trained_model, 1) is None  # unreadable: the default again
+    aot.record_build(retrained, 1, 5.0)
+    asked = []  # build_missing of each load: whether auto builds now
+    monkeypatch.setattr(aot, "load", lambda path, m, e, b, build: asked.append(build) or (None, 0))
+    monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
+    step = DecodeStep(trained_model, "auto")
+    step.eager_seconds = 4.0
+    step.cpu_step(1)
+    step.eager_seconds = 6.0
+    step.cpu_step(1)
+    step.cpu_step(2)
+    assert asked == [False, True, False] and BUILD_AFTER > 6.0
+
+
 def test_without_a_cxx_compiler_the_step_runs_eagerly_with_a_notice(
     trained_model, tmp_path, monkeypatch
 ):

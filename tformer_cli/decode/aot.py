@@ -12,7 +12,9 @@ new key, so a stale artifact is never loaded, and only the first run of a model 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -27,10 +29,12 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from tformer_cli.compile import cache_root
+from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
 Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
 FORMAT = 1  # bump when the exported step's inputs or outputs change
+BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
 # Inductor's options for the build: weights folded in as constants (freezing), and its own C++
 # matrix kernels where they beat the library's (max_autotune), the few-row GEMMs of a step
 INDUCTOR = {"freezing": True, "max_autotune": True}
@@ -59,16 +63,43 @@ def supported(model: Transformer) -> bool:
     return fp32 and not int8 and not torch.is_autocast_enabled("cpu")
 
 
-def step_key(model: Transformer, beams: int) -> str:
+def step_key(model: Transformer, beams: int, weights: bool = True) -> str:
     """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
-    thread count, torch version and CPU flags."""
+    thread count, torch version and CPU flags. ``weights=False``: all but the weights' bytes,
+    what a build's time depends on (``build_seconds``)."""
     h = hashlib.sha256()
     meta = (FORMAT, INDUCTOR, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
-        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        if weights:
+            h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:32]
+
+
+def build_seconds(model: Transformer, beams: int) -> float | None:
+    """How long the last build of a step of this shape took here (same model dimensions, beams,
+    threads, torch and CPU), from ``steps/builds.json``; None if none was timed."""
+    try:
+        times = json.loads((cache_root() / "steps" / BUILDS).read_text(encoding="utf-8"))
+        return float(times[step_key(model, beams, weights=False)])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record_build(model: Transformer, beams: int, seconds: float) -> None:
+    """Keep a build's time for ``build_seconds`` (a lost race between processes loses a time)."""
+    path = cache_root() / "steps" / BUILDS
+    try:
+        times = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        times = {}
+    if not isinstance(times, dict):
+        times = {}
+    times[step_key(model, beams, weights=False)] = round(seconds, 1)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(times, indent=1), durable=False)
 
 
 class _Layers(tuple):
@@ -181,5 +212,7 @@ def load(
             return None, 0.0
         start = time.perf_counter()
         build(model, eager, beams, path)
-        return AotStep(path), time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        record_build(model, beams, seconds)
+        return AotStep(path), seconds
     return AotStep(path), 0.0

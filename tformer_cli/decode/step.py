@@ -35,8 +35,9 @@ from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
 from tformer_cli.decode import aot
 from tformer_cli.model import DecoderCache, Transformer
 
-# Seconds of eager decoding after which ``auto`` builds the compiled CPU step: about a build's
-# time, so that a job pays at most twice what the better choice would have cost.
+# Seconds of eager decoding after which ``auto`` builds the compiled CPU step: the time the last
+# build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
+# time; so that a job pays at most about twice what the better choice would have cost.
 BUILD_AFTER = 60.0
 
 
@@ -173,7 +174,8 @@ class DecodeStep:
 
     def cpu_step(self, beams: int) -> aot.AotStep | None:
         """The compiled CPU step for ``beams`` rows per sentence: kept in memory or on disk, or
-        built now (``on``, or ``auto`` past ``BUILD_AFTER``); None to run eagerly."""
+        built now (``on``, or ``auto`` once eager decoding took a build's time); None to run
+        eagerly."""
         if beams in self.aot:
             return self.aot[beams]
         if not aot.supported(self.model):
@@ -181,7 +183,8 @@ class DecodeStep:
                 self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
             self.aot[beams] = None
             return None
-        build = self.cpu_mode == "on" or self.eager_seconds >= BUILD_AFTER
+        after = aot.build_seconds(self.model, beams) or BUILD_AFTER
+        build = self.cpu_mode == "on" or self.eager_seconds >= after
         if build and aot.cxx_compiler() is None:
             self.on_notice("no C++ compiler found (g++ or $CXX): the decode step runs eagerly")
             self.aot[beams] = None
