@@ -3,6 +3,7 @@ reuses the tokenizer and the encoded splits; keys, Arrow layout, atomic entries,
 
 from __future__ import annotations
 
+import hashlib
 import io
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def cfg(corpus: Path, **overrides) -> TrainConfig:
 def run_prepare(run_dir: Path, config: TrainConfig, resume: bool = False):
     """``prepare()`` with its log lines as one string."""
     log = io.StringIO()
-    tok, splits = prepare(
+    tok, _, splits = prepare(
         run_dir, config, Console(file=log, width=400, log_path=False, soft_wrap=True), resume, 1024
     )
     return tok, splits, log.getvalue()
@@ -181,6 +182,23 @@ def test_encoding_writes_record_batches_that_read_back_as_the_whole(
     assert splits["train"].src == encode(tok, corpus["train"]["src"])
     assert splits["train"].tgt == encode(tok, corpus["train"]["tgt"])
     assert list(splits["train"].refs) == corpus["train"]["tgt"]
+
+
+def test_a_target_tokenizer_encodes_the_targets_and_is_part_of_the_key(tmp_path, tiny_corpus):
+    """An imported model's target-side tokenizer: each one, and none, is an entry of its own;
+    without one the key is the tokenizer's alone, as before."""
+    cache = DataCache(tmp_path, load_corpus(str(tiny_corpus)))
+    path, _ = cache.tokenizer("bpe", 60)
+    other, _ = cache.tokenizer("wordlevel", 60)
+    splits, plain, _ = cache.encoded(path)
+    assert plain == cache._entry("encoded", hashlib.sha256(path.read_bytes()).hexdigest())
+    targets = cache.corpus["train"]["tgt"]
+    by_other, entry, hit = cache.encoded(path, target_tokenizer_path=other)
+    assert not hit and entry != plain and by_other["train"].src == splits["train"].src
+    assert by_other["train"].tgt == encode(load_tokenizer(other), targets) != splits["train"].tgt
+    _, third, hit = cache.encoded(path, target_tokenizer_path=path)  # another target tokenizer
+    assert not hit and third not in (plain, entry)
+    assert cache.encoded(path, target_tokenizer_path=other)[1:] == (entry, True)
 
 
 def test_the_tokenizer_sample_is_part_of_the_key(tmp_path, tiny_corpus):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,14 +22,17 @@ from transformers import (
 )
 
 from tests.interop.conftest import assert_one_line_error, cli, search_limit, toy_pairs
-from tformer_cli.checkpoint import RunConfig, atomic_torch_save, load_run
+from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, atomic_torch_save, load_run
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import make_batch
+from tformer_cli.data.data_cache import CACHE_DIR, read_split
+from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import PAD_ID, decode, encode
 from tformer_cli.decode.translate import translate_ids
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.model import Transformer
 from tformer_cli.report.runs import collect_run
+from tformer_cli.training import trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
@@ -219,14 +223,58 @@ def test_an_import_is_a_run_listed_as_imported_that_translate_and_eval_use(
     assert result.exit_code == 0 and (runs / "mt" / "model.pt").is_file(), result.output
 
 
-def test_train_init_from_fine_tunes_an_import(imported, tiny_corpus, tmp_path):
-    runs = tmp_path / "runs"
-    result = cli(
-        "train", "--init-from", imported, "--data", tiny_corpus, "--runs-dir", runs, "--name",
-        "tuned", "--max-steps", "1", "--device", "cpu", "--compile", "off", "--quiet",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert RunConfig.load(runs / "tuned").model == RunConfig.load(imported).model
+def toy_corpus_folder(folder: Path, n: int = 32) -> Path:
+    """The first ``n`` toy pairs of each split as train/valid/test.tsv (a quarter for the last
+    two): English sources, German targets."""
+    folder.mkdir()
+    for split, size in (("train", n), ("valid", n // 4), ("test", n // 4)):
+        src, tgt = toy_pairs(split, size)
+        text = "".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True))
+        (folder / f"{split}.tsv").write_text(text, encoding="utf-8")
+    return folder
+
+
+def cached_train_split(runs: Path, before: set[Path]) -> Split:
+    """The training split of the one encoded cache entry under ``runs`` not in ``before``."""
+    (entry,) = set(runs.glob(f"{CACHE_DIR}/encoded-*")) - before
+    return read_split(entry / "train.arrow")
+
+
+def test_train_init_from_fine_tunes_an_import_with_its_target_tokenizer(
+    imported, tmp_path, monkeypatch
+):
+    corpus, runs = toy_corpus_folder(tmp_path / "toy"), tmp_path / "runs"
+    decoders = []  # the tokenizers training decodes its hypotheses with (validation BLEU)
+    monkeypatch.setattr(
+        trainer, "decode", lambda tok, ids: decoders.append(tok) or decode(tok, ids)
+    )
+
+    def tune(source: Path, name: str) -> Path:
+        result = cli(
+            "train", "--init-from", source, "--data", corpus, "--runs-dir", runs, "--name", name,
+            "--max-steps", "1", "--device", "cpu", "--compile", "off", "--quiet",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return runs / name
+
+    tuned, run = tune(imported, "tuned"), load_run(imported, "cpu")
+    target = (imported / TARGET_TOKENIZER).read_bytes()
+    assert (tuned / TARGET_TOKENIZER).read_bytes() == target
+    assert RunConfig.load(tuned).model == RunConfig.load(imported).model  # silu, output bias
+    theirs = run.tgt_tokenizer.to_str()
+    assert decoders and all(t.to_str() == theirs for t in decoders), "decoded by the source's"
+    split = cached_train_split(runs, set())
+    src, tgt = toy_pairs("train", 32)
+    assert list(split.refs) == tgt and list(split.src) == encode(run.tokenizer, src)
+    assert list(split.tgt) == encode(run.tgt_tokenizer, tgt) != encode(run.tokenizer, tgt)
+    result = cli("translate", "-m", tuned, "--greedy", "the dog sings .")
+    assert result.exit_code == 0 and result.stdout.strip(), result.output
+    shared = tmp_path / "shared"  # the import without its target tokenizer: the source's for both
+    shutil.copytree(imported, shared)
+    (shared / TARGET_TOKENIZER).unlink()
+    before = set(runs.glob(f"{CACHE_DIR}/encoded-*"))
+    assert not (tune(shared, "plain") / TARGET_TOKENIZER).exists()
+    assert list(cached_train_split(runs, before).tgt) == encode(run.tokenizer, tgt)
 
 
 def test_what_is_not_an_importable_marian_checkpoint_is_one_line_and_writes_nothing(

@@ -271,7 +271,7 @@ def test_validation_pairs_longer_than_the_model_are_skipped_and_said(tmp_path, t
     )
     log = io.StringIO()
     cfg = train_cfg(tiny_corpus, max_len=16)
-    _, splits = prepare(
+    _, _, splits = prepare(
         tmp_path / "run",
         cfg,
         Console(file=log, width=300, log_path=False, soft_wrap=True),

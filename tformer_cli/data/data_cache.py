@@ -6,9 +6,10 @@ so a second `tformer train` on the same data with the same tokenizer settings st
   pre-tokenizer, decoder). BPE training is deterministic but unigram training is not, so the cached
   file is the source of truth: every new run with these settings starts from a copy of it.
 - `encoded-<key>/{train,valid,test}.arrow`, key = hash of the corpus fingerprint and the
-  tokenizer.json bytes: Arrow IPC files with int32 list columns `src`/`tgt` (token ids without
-  specials) and the `ref` strings (the raw targets, for BLEU). A resumed run, which keeps its own
-  tokenizer.json, finds its encoding under the same key.
+  tokenizer.json bytes (and those of a target-side tokenizer, which encodes the targets, where
+  the run has one: an imported model's): Arrow IPC files with int32 list columns `src`/`tgt`
+  (token ids without specials) and the `ref` strings (the raw targets, for BLEU). A resumed run,
+  which keeps its own tokenizers, finds its encoding under the same key.
 
 An entry is written to a temporary folder, then renamed into place (`os.replace`): a reader never
 sees half an entry, and when two runs race the first rename wins. Length filtering is not cached;
@@ -81,29 +82,38 @@ class DataCache:
         return entry / TOKENIZER, False
 
     def encoded(
-        self, tokenizer_path: Path, progress: Progress | None = None
+        self,
+        tokenizer_path: Path,
+        progress: Progress | None = None,
+        target_tokenizer_path: Path | None = None,
     ) -> tuple[dict[str, Split], Path, bool]:
-        """Every split encoded by the tokenizer in ``tokenizer_path``, encoded now and cached on
-        a miss (counted on ``progress``, a bar), as memory-mapped views of the entry's files
-        (``read_split``). Returns the splits, the entry and whether it was cached already."""
-        entry = self._entry("encoded", hashlib.sha256(tokenizer_path.read_bytes()).hexdigest())
+        """Every split encoded by the tokenizer in ``tokenizer_path`` (the targets by the one in
+        ``target_tokenizer_path`` where given), encoded now and cached on a miss (counted on
+        ``progress``, a bar), as memory-mapped views of the entry's files (``read_split``).
+        Returns the splits, the entry and whether it was cached already."""
+        paths = [tokenizer_path, *([target_tokenizer_path] if target_tokenizer_path else [])]
+        entry = self._entry("encoded", *(hashlib.sha256(p.read_bytes()).hexdigest() for p in paths))
         hit = entry.is_dir()
         if not hit:
-            tok = load_tokenizer(tokenizer_path)
+            src_tok, tgt_tok = load_tokenizer(paths[0]), load_tokenizer(paths[-1])
             with progress or Progress(disable=True) as bar:
                 task = bar.add_task("encode", total=sum(map(len, self.corpus.values())), info="")
-                _write_entry(entry, lambda tmp: self._encode(tok, tmp, partial(bar.advance, task)))
+                advance = partial(bar.advance, task)
+                _write_entry(entry, lambda tmp: self._encode(src_tok, tgt_tok, tmp, advance))
         return {name: read_split(entry / f"{name}.arrow") for name in SPLITS}, entry, hit
 
-    def _encode(self, tok: Tokenizer, folder: Path, advance: Callable[[int], None]) -> None:
-        """Write every split encoded by ``tok`` to ``folder/<split>.arrow``, ``ENCODE_ROWS``
-        pairs (one record batch) at a time, calling ``advance(rows)`` after each."""
+    def _encode(
+        self, src_tok: Tokenizer, tgt_tok: Tokenizer, folder: Path, advance: Callable[[int], None]
+    ) -> None:
+        """Write every split, sources encoded by ``src_tok`` and targets by ``tgt_tok``, to
+        ``folder/<split>.arrow``, ``ENCODE_ROWS`` pairs (one record batch) at a time, calling
+        ``advance(rows)`` after each."""
         for name in SPLITS:
             split = self.corpus[name]
             with pa.ipc.new_file(folder / f"{name}.arrow", SCHEMA) as writer:
                 for start in range(0, len(split), ENCODE_ROWS):
                     rows = split[start : start + ENCODE_ROWS]
-                    ids = [encode(tok, rows["src"]), encode(tok, rows["tgt"]), rows["tgt"]]
+                    ids = [encode(src_tok, rows["src"]), encode(tgt_tok, rows["tgt"]), rows["tgt"]]
                     writer.write_batch(pa.record_batch(ids, schema=SCHEMA))
                     advance(len(rows["tgt"]))
 

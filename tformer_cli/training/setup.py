@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from datasets import DatasetDict
 from rich.console import Console
+from tokenizers import Tokenizer
 
-from tformer_cli.checkpoint import RunConfig, load_weights, resolve_run
+from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, load_weights, resolve_run
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
@@ -97,7 +98,8 @@ def fine_tuning(
     run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a run that starts from ``run``'s weights: its model settings and
-    tokenizer, the rest as given. A model option given that contradicts them is an error."""
+    tokenizer (and its target-side one, which ``prepare`` copies), the rest as given. A model
+    option given that contradicts them is an error."""
     run = resolve_run(run)
     if not (run / "model.pt").is_file():
         raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
@@ -197,16 +199,16 @@ def load_data(
     resume: bool,
     max_positions: int,
     world: World,
-) -> tuple[Any, dict[str, Split]]:
+) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
     """``prepare`` on rank 0, which builds the tokenizer and the data cache (a run folder it
     makes is removed again if that fails), then on the other ranks, which read them."""
     if world.main:
         with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
-            tokenizer, data = prepare(run_dir, cfg, console, resume, max_positions)
+            prepared = prepare(run_dir, cfg, console, resume, max_positions)
     barrier(world)
     if not world.main:
-        tokenizer, data = prepare(run_dir, cfg, console, True, max_positions)
-    return tokenizer, data
+        prepared = prepare(run_dir, cfg, console, True, max_positions)
+    return prepared
 
 
 @contextmanager
@@ -223,11 +225,13 @@ def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
 
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
-) -> tuple[Any, dict[str, Split]]:
+) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
     """Fingerprint the corpus, get the run's tokenizer (on resume its own) and every split
     encoded, both through the cache beside the runs (``data_cache.py``: the corpus is read on a
     miss alone); drop training pairs over max_len
     and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
+    Returns the tokenizer, the one of the targets (``target_tokenizer``; else the tokenizer
+    again) and the splits.
 
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
@@ -264,14 +268,37 @@ def prepare(
             else f"trained a {cfg.tokenizer_kind} tokenizer"
         )
         console.log(f"{how}: {tok.get_vocab_size()} types")
-    encoded, entry, hit = cache.encoded(tok_path, make_progress("encode", console))
+    tgt_path = target_tokenizer(run_dir, cfg, resume, tok, console.log)
+    progress = make_progress("encode", console)
+    encoded, entry, hit = cache.encoded(tok_path, progress, tgt_path)
     if hit:
         n = sum(len(split.refs) for split in encoded.values())
         console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
     else:
         console.log(f"tokenized data: cached at {entry}")
-    return tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
-                 for name, split in encoded.items()}  # fmt: skip
+    tgt_tok = load_tokenizer(tgt_path) if tgt_path is not None else tok
+    return tok, tgt_tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
+                          for name, split in encoded.items()}  # fmt: skip
+
+
+def target_tokenizer(
+    run_dir: Path, cfg: TrainConfig, resume: bool, tok: Tokenizer, log: Callable[[str], None]
+) -> Path | None:
+    """The run's target-side tokenizer (``TARGET_TOKENIZER``, an imported model's), which
+    encodes the targets and decodes what the model writes, or None: on resume the run's own;
+    in a new run, a copy of the ``--init-from`` run's (none left over in the folder else)."""
+    path = run_dir / TARGET_TOKENIZER
+    if resume:
+        return path if path.is_file() else None
+    path.unlink(missing_ok=True)
+    given = Path(cfg.init_from) / TARGET_TOKENIZER if cfg.init_from is not None else None
+    if given is None or not given.is_file():
+        return None
+    if load_tokenizer(given).get_vocab_size() != tok.get_vocab_size():
+        raise TformerError(f"{given} does not match the run's tokenizer.json (vocabulary size)")
+    atomic_write(path, lambda tmp: shutil.copyfile(given, tmp))
+    log(f"using the target side's tokenizer {given}")
+    return path
 
 
 def kept_pairs(

@@ -183,7 +183,8 @@ class Trainer:
         self.board = make_board() if make_board is not None and self.world.main else None
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
         check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
-        self.tokenizer, self.data = load_data(
+        # the targets' tokenizer: an imported model's target side's, else the tokenizer
+        self.tokenizer, self.tgt_tokenizer, self.data = load_data(
             run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
@@ -367,7 +368,7 @@ class Trainer:
         self.model.eval()
         with autocast(self.device, self.dtype):
             results = translate_ids(self.model, data.src[:n], DecodeConfig())
-        hyps = decode(self.tokenizer, [r.hypotheses[0].tokens for r in results])
+        hyps = decode(self.tgt_tokenizer, [r.hypotheses[0].tokens for r in results])
         return bleu(hyps, data.refs[:n])
 
     def validate(self) -> dict[str, float]:
