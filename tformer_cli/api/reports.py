@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from tformer_cli.api.decoding import interop_packages
 from tformer_cli.config import DecodeConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from tformer_cli.report.compare import Comparison
 
 
 def evaluate_runs(
@@ -63,23 +66,26 @@ def show_run(
 
 
 def compare_runs(
-    runs: Sequence[Path], console: Console, log: Console, *, beam: int, alpha: float | None,
-    seed: int, save: Path | None = None, x: str = "updates", as_json: bool = False,
-    quiet: bool = False, **request: Any,
-) -> None:  # fmt: skip
-    """``tformer compare``: the runs on the same data, each evaluation kept, with paired
-    significance tests against the first; ``alpha``: default the first run's ``beam_alpha``.
-    ``request``: the other fields of ``EvalRequest`` (data, split, limit, device...)."""
+    runs: Sequence[Path], console: Console, log: Console | None = None, *, beam: int = 5,
+    alpha: float | None = None, seed: int = 1234, keep: bool = False, save: Path | None = None,
+    x: str = "updates", as_json: bool = False, quiet: bool = False, **request: Any,
+) -> Comparison:  # fmt: skip
+    """``tformer compare``: the runs on the same data with paired significance tests against
+    the first, printed on ``console``; ``alpha``: default the first run's ``beam_alpha``;
+    ``keep``: each evaluation kept in its run. ``request``: the other fields of
+    ``EvalRequest`` (data, split, limit, device...)."""
     from tformer_cli.api.run import length_penalty
-    from tformer_cli.checkpoint import resolve_run
     from tformer_cli.report.compare import compare_runs as compare
     from tformer_cli.report.evaluation import EvalConfig
     from tformer_cli.report.request import EvalRequest
 
-    alpha = length_penalty(alpha, resolve_run(runs[0]))
-    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed)
+    if runs:  # the first run's own unless given
+        alpha = length_penalty(alpha, runs[0])
+    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
     asked = EvalRequest(config=cfg, **request)
-    compare(runs, console, asked, keep=True, save=save, x=x, as_json=as_json, err=log, quiet=quiet)
+    return compare(
+        runs, console, asked, keep=keep, save=save, x=x, as_json=as_json, err=log, quiet=quiet
+    )
 
 
 def average_checkpoints(

@@ -10,21 +10,21 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, length_penalty, load, threads_kept
-from tformer_cli.config import TRAIN_OPTIONS, DecodeConfig, ModelConfig, TrainConfig, load_recipe
+from tformer_cli.api.run import PathLike, Run, as_path, load, threads_kept
+from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import TformerError
-from tformer_cli.report.compare import Comparison, compare_runs
-from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
 from tformer_cli.training.distributed import LAUNCHED, launch
 from tformer_cli.training.setup import new_configs, new_run_dir, resume_options, resumed_configs
-from tformer_cli.training.trainer import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from tformer_cli.training.trainer import TrainResult
 
 # the train options that name a file or folder: a str or a Path
 PATH_OPTIONS = ("init_from", "tokenizer_file", "src_file", "tgt_file", "valid_src_file",
@@ -90,6 +90,8 @@ def run_training(
 ) -> Trained:  # fmt: skip
     """Train the run in ``run_dir`` (``resume``: from its last.pt), logging on ``log``; Ctrl-C
     saves and ends it, ``interrupted``."""
+    from tformer_cli.training.trainer import Trainer  # looked up when called
+
     trainer = Trainer(
         run_dir, model_cfg, train_cfg, resume=resume, console=log, tensorboard=tensorboard
     )
@@ -147,10 +149,11 @@ def compare(
 ) -> Comparison:  # fmt: skip
     """``tformer compare``: the runs on the same data with paired significance tests (the first
     is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints the tables."""
+    from tformer_cli.api.reports import compare_runs
+
     paths = [as_path(r, "runs") for r in runs]
-    if paths:  # the first run's own unless given
-        alpha = length_penalty(alpha, paths[0])
-    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
     with threads_kept():
-        request = EvalRequest(data=data, split=split, limit=limit, config=cfg)
-        return compare_runs(paths, Console(), request, quiet=quiet)  # type: ignore[arg-type]
+        return compare_runs(
+            paths, Console(), beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
+            split=split, limit=limit,
+        )  # fmt: skip

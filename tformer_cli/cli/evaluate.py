@@ -279,7 +279,7 @@ def compare_command(
         raise typer.BadParameter("compare needs two runs or more: -m A -m B", param_hint="--model")
     with destination(output) as console:
         compare_runs(
-            runs, console, err, beam=beam, alpha=alpha, seed=seed, save=save, x=x,
+            runs, console, err, beam=beam, alpha=alpha, seed=seed, keep=True, save=save, x=x,
             as_json=json_out, quiet=quiet, data=data, src_lang=src, tgt_lang=tgt, split=split,
             limit=limit, device=device, precision=precision, threads=threads,
         )  # fmt: skip
