@@ -94,6 +94,11 @@ class Translator:
     engine: SourcesEngine | None = None
     use_cache: bool = True
 
+    def with_engine(self, engine: str) -> Translator:
+        """This translator decoding with ``engine``: torch, or ctranslate2 (the run's export,
+        made on first use)."""
+        return dataclasses.replace(self, engine=load_engine(engine, self.runs[0]))
+
     def trace(self, path: Path, texts: Sequence[str]) -> None:
         """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
         from tformer_cli.api.run import Run
@@ -145,11 +150,11 @@ class Translator:
 
 def open_translator(
     models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
-    precision: str | None, compile: str, engine: str, use_cache: bool,
+    precision: str | None, compile: str, use_cache: bool,
 ) -> Translator:  # fmt: skip
     """The runs loaded for ``tformer translate`` (default: the newest) with ``precision``
     (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
-    ``beam_alpha``) and its ``engine`` ready."""
+    ``beam_alpha``); tformer's search decodes until ``with_engine`` says otherwise."""
     from tformer_cli.api.run import length_penalty, own_precision
     from tformer_cli.checkpoint import load_runs
 
@@ -158,11 +163,6 @@ def open_translator(
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=length_penalty(None, runs[0].config))
     return Translator(runs, cfg, use_cache=use_cache)
-
-
-def with_engine(translator: Translator, engine: str) -> Translator:
-    """``translator`` decoding with ``engine``: torch, or ctranslate2 (made on first use)."""
-    return dataclasses.replace(translator, engine=load_engine(engine, translator.runs[0]))
 
 
 def inspect_attention(

@@ -221,7 +221,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.api.decoding import open_translator, output_style, read_inputs, with_engine
+    from tformer_cli.api.decoding import open_translator, output_style, read_inputs
 
     v = SimpleNamespace(**values)
     if v.greedy and (v.sample or v.mbr):
@@ -245,11 +245,11 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     inputs = read_inputs(v.texts, v.file, sys.stdin)
     translator = open_translator(
         v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
-        engine=v.engine, use_cache=not v.no_cache,
+        use_cache=not v.no_cache,
     )  # fmt: skip
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
-    translator = with_engine(translator, v.engine)
+    translator = translator.with_engine(v.engine)
     style = output_style(v.json_out, v.nbest, v.scores)
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
