@@ -345,3 +345,21 @@ def test_a_config_json_from_before_the_parallel_file_fields_still_loads(tmp_path
         del raw["train"][field]
     (tmp_path / "config.json").write_text(json.dumps(raw))
     assert RunConfig.load(tmp_path).train == TrainConfig(src_lang="de")
+
+
+def test_train_options_are_declared_once_beside_their_fields():
+    """``--layers`` sets both stacks; every option of the configs is one of ``tformer train``'s,
+    with the field's default."""
+    from tformer_cli.cli.train import HELP_ORDER, OWN
+    from tformer_cli.config import TRAIN_OPTIONS
+
+    layers = TRAIN_OPTIONS["layers"]
+    assert (layers.table, layers.fields) == ("model", ("n_encoder_layers", "n_decoder_layers"))
+    assert (TRAIN_OPTIONS["epochs"].fields, TRAIN_OPTIONS["heads"].fields) == (
+        ("max_epochs",),
+        ("h",),
+    )
+    assert sorted(HELP_ORDER) == sorted({*OWN, *TRAIN_OPTIONS}) and not set(OWN) & set(
+        TRAIN_OPTIONS
+    )
+    assert TRAIN_OPTIONS["seed"].default == TrainConfig().seed

@@ -6,6 +6,8 @@
 
 Every import counts: at the top of a module, inside a function, and under ``TYPE_CHECKING``
 (a lazy or type-only import is still a dependency). Read with ``ast``, nothing is imported.
+The faces, the command line (``cli``) and the server (``serve``), import the public library
+alone: the package, ``api``, and the plain types of ``config`` and ``errors``.
 """
 
 from __future__ import annotations
@@ -171,6 +173,50 @@ def test_importing_the_package_imports_no_torch_and_sets_nothing():
     assert out.stdout.strip() == "ok", out.stderr
 
 
+# What the faces may import: the package (its lazy public names), the API, the data types they
+# name; the command line also itself and the server.
+FACE_ALLOWED = ("api", "config", "errors")
+FACE_OWN = {"cli": ("cli", "serve"), "serve": ("serve",)}
+
+
+def imported_names(path: Path, name: str, modules: dict[str, Path]) -> list[str]:
+    """Every module of the package that the file names in an import, as written (relative ones
+    resolved); ``from tformer_cli import device`` names the module ``tformer_cli.device``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+            found += subs or [base]
+    return [f for f in found if f == PACKAGE or f.startswith(PACKAGE + ".")]
+
+
+def face_violations(root: Path) -> list[str]:
+    """``module imports target`` for each import of a face (``cli``, ``serve``) outside the
+    public library it may use."""
+    modules = package_modules(root)
+    bad = []
+    for name, path in modules.items():
+        face = name.split(".")[1] if name.count(".") else ""
+        if face not in FACE_OWN:
+            continue
+        for target in imported_names(path, name, modules):
+            top = target.split(".")[1] if target.count(".") else ""
+            if target != PACKAGE and top not in (*FACE_ALLOWED, *FACE_OWN[face]):
+                bad.append(f"{name} imports {target}")
+    return bad
+
+
+def test_the_cli_and_the_server_import_only_the_public_api():
+    assert face_violations(REPO) == []
+
+
 def test_every_module_belongs_to_a_layer():
     for module in import_graph(REPO):
         layer_of(module)
@@ -245,3 +291,28 @@ def test_model_and_data_may_not_import_each_other(fake_package):
         }
     )
     assert upward_imports(graph) == ["tformer_cli.model.layers -> tformer_cli.data.tokenizer"]
+
+
+def test_a_face_importing_an_internal_is_named(tmp_path: Path):
+    root = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "api/__init__.py": "",
+            "decode/__init__.py": "",
+            "decode/streams.py": "",
+            "device.py": "",
+            "cli/__init__.py": "from tformer_cli import __version__\nfrom ..api import R\n",
+            "cli/a.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from tformer_cli.decode.streams import x\n"
+                "def f():\n    from tformer_cli import device\n    from ..serve import s\n"
+            ),
+            "serve.py": "from tformer_cli.cli import app\nimport tformer_cli.errors\n",
+        },
+    )
+    assert face_violations(root) == [
+        "tformer_cli.cli.a imports tformer_cli.decode.streams",
+        "tformer_cli.cli.a imports tformer_cli.device",
+        "tformer_cli.serve imports tformer_cli.cli",
+    ]

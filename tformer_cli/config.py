@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_type_hints
 
 from tformer_cli.compile import check_mode
 from tformer_cli.errors import TformerError
@@ -23,20 +23,34 @@ Activation = Literal["relu", "silu"]
 ACTIVATIONS = ("relu", "silu")
 
 
+def option(help: str, name: str = "", *, path: bool = False, **bounds: Any) -> dict[str, Any]:
+    """The metadata of a field that ``tformer train`` sets with an option: its ``help``, its
+    name (default: the field's, as ``--name-with-dashes``), ``path``: a file or folder (a
+    ``Path``), ``bounds``: the ``min``/``max`` of its value (``TRAIN_OPTIONS``)."""
+    return {"option": name, "help": help, "path": path, "bounds": bounds}
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
 
     vocab_size: int
-    d_model: int = 128
-    h: int = 4
-    d_ff: int = 512
-    n_encoder_layers: int = 2
-    n_decoder_layers: int = 2
-    dropout: float = 0.2
-    positional: Positional = "sinusoidal"
-    norm: Norm = "post"
-    tie_embeddings: bool = True
+    d_model: int = field(default=128, metadata=option("Model width d_model."))
+    h: int = field(default=4, metadata=option("Attention heads h.", "heads"))
+    d_ff: int = field(default=512, metadata=option("Inner width of the feed-forward layers."))
+    n_encoder_layers: int = field(
+        default=2, metadata=option("Encoder and decoder layers (each).", "layers")
+    )
+    # the same option as n_encoder_layers: --layers sets both stacks
+    n_decoder_layers: int = field(default=2, metadata={"option": "layers"})
+    dropout: float = field(default=0.2, metadata=option("Dropout on embeddings and sublayers."))
+    positional: Positional = field(default="sinusoidal", metadata=option("sinusoidal or learned."))
+    norm: Norm = field(
+        default="post", metadata=option("post: LayerNorm(x + f(x)) (paper), or pre.")
+    )
+    tie_embeddings: bool = field(
+        default=True, metadata=option("Tie embeddings and output layer.", "tie")
+    )
     max_positions: int = 1024
     activation: Activation = "relu"  # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
     output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
@@ -69,52 +83,148 @@ MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed takes it e
 class TrainConfig:
     """Everything `tformer train` needs besides the model shape."""
 
-    data: str = "toy"  # "files" when the data are the plain parallel files below
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    src_file: str | None = None  # with tgt_file: plain parallel files, the train split
-    tgt_file: str | None = None
-    valid_src_file: str | None = None  # with valid_tgt_file: the valid split, from any data
-    valid_tgt_file: str | None = None
-    vocab_size: int = 1000
-    tokenizer_kind: str = "bpe"
-    tokenizer_sample: int = 1_000_000  # sentences the tokenizer trains on at most (0: all)
-    tokenizer_file: str | None = None  # a ready tokenizer (absolute path) instead of training one
-    init_from: str | None = None  # a run (absolute path) whose model.pt the weights start from
-    max_tokens: int = 2048
-    max_len: int = 256
-    lr: float = 2e-3
-    warmup: int = 200
+    # "files" when the data are the plain parallel files below
+    data: str = field(
+        default="toy",
+        metadata=option(
+            "toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG] (or --src-file and"
+            " --tgt-file)."
+        ),
+    )
+    src_lang: str | None = field(
+        default=None, metadata=option("Source language suffix of plain files.", "src")
+    )
+    tgt_lang: str | None = field(
+        default=None, metadata=option("Target language suffix of plain files.", "tgt")
+    )
+    # with tgt_file: plain parallel files, the train split
+    src_file: str | None = field(
+        default=None,
+        metadata=option(
+            "Plain source file (one sentence a line, e.g. train.de), the train split with"
+            " --tgt-file, instead of --data; valid/test are carved from it unless given.",
+            path=True,
+        ),
+    )
+    tgt_file: str | None = field(
+        default=None, metadata=option("Plain target file, line by line with --src-file.", path=True)
+    )
+    # with valid_tgt_file: the valid split, from any data
+    valid_src_file: str | None = field(
+        default=None,
+        metadata=option("Plain source file of the valid split, with --valid-tgt-file.", path=True),
+    )
+    valid_tgt_file: str | None = field(
+        default=None, metadata=option("Plain target file of the valid split.", path=True)
+    )
+    vocab_size: int = field(
+        default=1000, metadata=option("Shared subword vocabulary size.", max=MAX_VOCAB)
+    )
+    tokenizer_kind: str = field(
+        default="bpe", metadata=option("bpe, unigram or wordlevel.", "tokenizer")
+    )
+    # sentences the tokenizer trains on at most (0: all)
+    tokenizer_sample: int = field(
+        default=1_000_000, metadata=option("Train the tokenizer on at most N sentences (0: all).")
+    )
+    # a ready tokenizer (absolute path) instead of training one
+    tokenizer_file: str | None = field(
+        default=None,
+        metadata=option(
+            "Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with <pad>=0"
+            " <unk>=1 <s>=2 </s>=3) instead of training one.",
+            path=True,
+        ),
+    )
+    # a run (absolute path) whose model.pt the weights start from
+    init_from: str | None = field(
+        default=None,
+        metadata=option(
+            "Fine-tune: start from this run's weights and tokenizer, with its model settings (a"
+            " new optimizer and schedule).",
+            path=True,
+        ),
+    )
+    max_tokens: int = field(default=2048, metadata=option("Batch size in padded tokens."))
+    max_len: int = field(default=256, metadata=option("Skip longer training pairs (tokens)."))
+    lr: float = field(default=2e-3, metadata=option("Peak learning rate (AdamW)."))
+    warmup: int = field(default=200, metadata=option("Warm-up steps, then --decay."))
     # after warm-up: auto = linear to 0 at the end of --max-minutes (Li et al. 2020), else rsqrt
-    decay: str = "auto"
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
-    accum: int = 1
-    max_steps: int = 0
-    max_epochs: int = 6
-    max_minutes: float = 0.0
-    valid_every: int = 250
-    valid_bleu_size: int = 300
-    save_every: float = 5.0  # minutes of training between saves of last.pt besides validations
-    patience: int = 0
-    average: int = 0  # keep the last N validation checkpoints, average them at the end (0: off)
-    beam_alpha: float = 0.6  # the length penalty of this run's beam search unless --alpha is given
-    seed: int = 1234
-    precision: str = "auto"
-    device: str = "auto"
-    compile: str = "auto"  # torch.compile the forward and loss: on, off, or auto (where it pays)
-    scheduled_sampling: str = "off"
-    ss_k: float | None = None
-    ss_min: float = 0.0
-    ss_warmup: int = 0
-    ss_mix: str = "argmax"
-    ss_tau: float = 1.0
+    decay: str = field(
+        default="auto",
+        metadata=option(
+            "After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end of"
+            " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt)."
+        ),
+    )
+    label_smoothing: float = field(default=0.1, metadata=option("Label smoothing."))
+    clip_norm: float = field(default=1.0, metadata=option("Max gradient norm (0: off)."))
+    accum: int = field(default=1, metadata=option("Batches per update."))
+    max_steps: int = field(default=0, metadata=option("Stop after N updates (0: none)."))
+    max_epochs: int = field(default=6, metadata=option("Stop after N epochs (0: none).", "epochs"))
+    max_minutes: float = field(default=0.0, metadata=option("Stop after this time."))
+    valid_every: int = field(default=250, metadata=option("Validate every N updates."))
+    valid_bleu_size: int = field(default=300, metadata=option("Validation sentences for BLEU."))
+    # minutes of training between saves of last.pt besides validations
+    save_every: float = field(
+        default=5.0,
+        metadata=option(
+            "Save last.pt at least every N minutes, besides each validation (0: only at"
+            " validations). A killed run loses at most this much work."
+        ),
+    )
+    patience: int = field(
+        default=0, metadata=option("Early stop after N validations without gain (0: off).")
+    )
+    # keep the last N validation checkpoints, average them at the end (0: off)
+    average: int = field(
+        default=0,
+        metadata=option(
+            "Keep the last N validation checkpoints; at the end their mean becomes model.pt if it"
+            " validates at least as well as the best one (0: off)."
+        ),
+    )
+    # the length penalty of this run's beam search unless --alpha is given
+    beam_alpha: float = field(
+        default=0.6,
+        metadata=option(
+            "The length penalty (GNMT alpha) of this run's beam search when translate, eval or"
+            " serve is given no --alpha."
+        ),
+    )
+    seed: int = field(default=1234, metadata=option("Random seed.", min=0, max=MAX_SEED))
+    precision: str = field(
+        default="auto",
+        metadata=option("fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it)."),
+    )
+    device: str = field(
+        default="auto", metadata=option("auto (CUDA > MPS > CPU), cpu, cuda or mps.")
+    )
+    # torch.compile the forward and loss: on, off, or auto (where it pays)
+    compile: str = field(
+        default="auto",
+        metadata=option(
+            "torch.compile the forward pass and loss: on, off, or auto (eager: compiling was no"
+            " faster, on CPU or CUDA: docs/speed.md)."
+        ),
+    )
+    scheduled_sampling: str = field(
+        default="off", metadata=option("Scheduled sampling: off, linear, exp or inverse-sigmoid.")
+    )
+    ss_k: float | None = field(
+        default=None,
+        metadata=option("Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k))."),
+    )
+    ss_min: float = field(default=0.0, metadata=option("Floor of the linear schedule."))
+    ss_warmup: int = field(default=0, metadata=option("Updates of pure teacher forcing first."))
+    ss_mix: str = field(default="argmax", metadata=option("Model tokens by argmax or sample."))
+    ss_tau: float = field(default=1.0, metadata=option("Sampling temperature."))
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
+        for each in dataclasses.fields(self):
+            value = getattr(self, each.name)
             if isinstance(value, float) and not math.isfinite(value):
-                option = "epochs" if field.name == "max_epochs" else field.name.replace("_", "-")
+                option = "epochs" if each.name == "max_epochs" else each.name.replace("_", "-")
                 raise TformerError(f"--{option} must be a finite number, not {value}")
         for src, tgt in (("src_file", "tgt_file"), ("valid_src_file", "valid_tgt_file")):
             if (getattr(self, src) is None) != (getattr(self, tgt) is None):
@@ -169,6 +279,48 @@ class TrainConfig:
         if self.decay == "auto":
             return "linear" if self.max_minutes else None
         return None if self.decay == "rsqrt" else self.decay
+
+
+@dataclass(frozen=True)
+class TrainOption:
+    """A train option, declared by the metadata of the config fields it sets (``option``): its
+    name, type, default and help, the bounds of its value, and its fields in ``table``."""
+
+    name: str
+    kind: Any
+    default: Any
+    help: str
+    bounds: dict[str, Any]
+    table: str
+    fields: tuple[str, ...]
+
+
+def train_options() -> dict[str, TrainOption]:
+    """Every option of ``tformer train`` that sets a config field, by its name with ``_``, in the
+    order of the fields; a field whose metadata names another's option (``n_decoder_layers``:
+    ``layers``) is set with it."""
+    found: dict[str, TrainOption] = {}
+    for table, cls in (("model", ModelConfig), ("train", TrainConfig)):
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if "option" not in f.metadata:
+                continue
+            name = f.metadata["option"] or f.name
+            if name in found:  # a second field of the same option
+                known = found[name]
+                found[name] = dataclasses.replace(known, fields=(*known.fields, f.name))
+                continue
+            kind = type(f.default) if f.default is not None else hints[f.name]
+            if f.metadata["path"]:
+                kind = Path | None
+            meta = f.metadata
+            found[name] = TrainOption(
+                name, kind, f.default, meta["help"], meta["bounds"], table, (f.name,)
+            )
+    return found
+
+
+TRAIN_OPTIONS = train_options()
 
 
 @dataclass(frozen=True)

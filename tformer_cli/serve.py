@@ -9,7 +9,6 @@ names a file. Every bad request gets a 4xx answer with a one-line ``detail``.
 import asyncio
 import contextlib
 import dataclasses
-import json
 import queue
 import socket
 import threading
@@ -25,18 +24,20 @@ from rich.console import Console
 
 from tformer_cli import __version__
 from tformer_cli.api import Run
-from tformer_cli.api.run import own_precision
-from tformer_cli.checkpoint import LoadedRun, load_run
+from tformer_cli.api.serving import (
+    Batching,
+    LoadedRun,
+    SourcesEngine,
+    attention_record,
+    load_served,
+    model_facts,
+    source_lengths,
+    trace_record,
+    translate_texts,
+    translation_records,
+)
 from tformer_cli.config import DecodeConfig
-from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
-from tformer_cli.data.tokenizer import encode
-from tformer_cli.decode.streams import format_translations
-from tformer_cli.decode.translate import Batching, SourcesEngine, translate_texts
-from tformer_cli.device import precision_name
 from tformer_cli.errors import TformerError
-from tformer_cli.report.attention.maps import KINDS
-from tformer_cli.report.attention.render import to_json
-from tformer_cli.report.attention.view import attend, summary_rows
 
 try:
     import uvicorn
@@ -83,34 +84,6 @@ class Job:
     future: Future = field(default_factory=Future)
 
 
-def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, Any]:
-    """What ``tformer inspect-attention --json`` writes for ``text``: every kind's weights with
-    their token labels, and the per-head summary of cross-attention."""
-    maps = attend(run, text, cfg)
-    return json.loads(to_json(maps, summary_rows(maps, "cross")))
-
-
-def trace_record(run: LoadedRun, text: str, cfg: DecodeConfig, top: int) -> dict[str, Any]:
-    """What ``tformer translate --trace`` writes for ``text``: the step-through search."""
-    return Run([run], cfg.alpha).trace(text, beam=cfg.beam, top=top).to_dict()
-
-
-def example_text(run: LoadedRun) -> str:
-    """A sentence of the run's own data for the page to start with: the shortest of the first
-    100 source sentences of its valid split; "" where the data is remote (``hf:``) or unreadable."""
-    train = run.config.train
-    if train.data.startswith("hf:"):
-        return ""
-    files = {name: getattr(train, name) for name in PARALLEL_FILES}
-    try:
-        corpus = load_corpus(
-            train.data, src_lang=train.src_lang, tgt_lang=train.tgt_lang, seed=train.seed, **files
-        )
-    except (TformerError, OSError, ValueError):
-        return ""
-    return min(corpus["valid"]["src"][:100], key=len, default="")
-
-
 class Batcher:
     """The thread that runs the model: takes jobs from a queue, gathers those that arrive within
     ``wait`` seconds of the first (until ``max_tokens`` source tokens), decodes each group of
@@ -120,6 +93,7 @@ class Batcher:
         self, run: LoadedRun, max_tokens: int, wait: float, engine: SourcesEngine | None = None
     ) -> None:
         self.run, self.max_tokens, self.wait, self.engine = run, max_tokens, wait, engine
+        self.traced = Run([run])  # the API: the run's length penalty, the traced search
         self.queue: queue.Queue[Job | None] = queue.Queue()
         self.requests = self.batches = 0
         self.thread = threading.Thread(target=self._loop, name="tformer-model", daemon=True)
@@ -169,17 +143,17 @@ class Batcher:
             if group[0].attention:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
             elif group[0].trace:
-                answers = [trace_record(self.run, j.texts[0], j.cfg, j.trace) for j in group]
+                answers = [trace_record(self.traced, j.texts[0], j.cfg, j.trace) for j in group]
             else:
                 texts = [t for j in group for t in j.texts]
                 batching = Batching(self.max_tokens)
                 results = translate_texts(
                     self.run, texts, group[0].cfg, batching, engine=self.engine
                 )
-                lines = format_translations(results, "json")
+                records = translation_records(results)
                 answers, start = [], 0
                 for job in group:
-                    part = [json.loads(line) for line in lines[start : start + len(job.texts)]]
+                    part = records[start : start + len(job.texts)]
                     answers.append([{**r, "index": i} for i, r in enumerate(part)])
                     start += len(job.texts)
             self.batches += 1
@@ -287,20 +261,17 @@ def page_route(name: str) -> Callable[[], Awaitable[Response]]:
 
 
 def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any]:
-    m = run.model
+    """``GET /model``: the run (``model_facts``), this server's version and limits."""
+    facts = model_facts(run)
+    config, example = facts.pop("config"), facts.pop("example")
     return {
-        "run": run.run_dir.name,
+        "run": facts.pop("run"),
         "tformer": __version__,
-        "device": str(run.device),
-        "precision": precision_name(run.device, run.dtype),
-        "parameters": sum(p.numel() for p in m.parameters()),
-        "layers": {"encoder": len(m.encoder), "decoder": len(m.decoder)},
-        "heads": m.cfg.h,
-        "kinds": list(KINDS),
+        **facts,
         "limits": dataclasses.asdict(limits),
         "max_tokens": max_tokens,
-        "config": dataclasses.asdict(run.config),
-        "example": example_text(run),
+        "config": config,
+        "example": example,
     }
 
 
@@ -321,7 +292,7 @@ async def one_line_422(request: Request, e: RequestValidationError) -> JSONRespo
 def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
     """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
     positions = run.model.cfg.max_positions
-    lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]
+    lengths = source_lengths(run, texts)
     for i, n in enumerate(lengths):
         if n > positions:
             where = f"{name}[{i}]" if name == "texts" else name
@@ -353,7 +324,7 @@ def create_app(
     ``engine``: what translates (default: tformer's search); attention maps need torch's."""
     batcher = Batcher(run, max_tokens, wait_ms / 1000, engine)
     info = model_info(run, limits, max_tokens)
-    translate_body, attention_body, trace_body = request_models(limits, run.config.train.beam_alpha)
+    translate_body, attention_body, trace_body = request_models(limits, batcher.traced.alpha)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -442,12 +413,7 @@ def serve(
     HTTP requests until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's export, made on
     first use)."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run = load_run(model_dir, device, precision or own_precision(model_dir))
-    decoder = None
-    if engine == "ctranslate2":
-        from tformer_cli.interop.engine import ctranslate2_engine
-
-        decoder = ctranslate2_engine(run)
+    run, decoder = load_served(model_dir, device, precision, engine)
     app = create_app(run, limits, max_tokens, wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host

@@ -1,16 +1,38 @@
-"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md)."""
+"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md), and
+the modules that the command line and the server call (``decoding``, ``reports``, ``serving``,
+``training``).
 
-from tformer_cli.api.display import (
-    Attention,
-    Curves,
-    Evaluation,
-    Hyp,
-    Score,
-    TraceView,
-    Translation,
-)
-from tformer_cli.api.run import Run, load
-from tformer_cli.api.training import compare, runs, train
+The names load on first use (PEP 562), so a face may import a light module of the package
+(``api.decoding``) without loading torch and every model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tformer_cli.api.display import (
+        Attention,
+        Curves,
+        Evaluation,
+        Hyp,
+        Score,
+        TraceView,
+        Translation,
+    )
+    from tformer_cli.api.run import Run, load
+    from tformer_cli.api.training import compare, runs, train
+
+# each public name -> the module that defines it
+HOMES = {
+    **dict.fromkeys(
+        ("Attention", "Curves", "Evaluation", "Hyp", "Score", "TraceView", "Translation"),
+        "display",
+    ),
+    **dict.fromkeys(("Run", "load"), "run"),
+    **dict.fromkeys(("compare", "runs", "train"), "training"),
+}
 
 __all__ = [
     "Attention",
@@ -26,3 +48,10 @@ __all__ = [
     "runs",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public API's names, imported on first use (PEP 562)."""
+    if name in HOMES:
+        return getattr(importlib.import_module(f"tformer_cli.api.{HOMES[name]}"), name)
+    raise AttributeError(f"module 'tformer_cli.api' has no attribute {name!r}")

@@ -1,37 +1,105 @@
 """Training and the runs folder from Python: ``train`` (as ``tformer train``), ``runs``,
-``compare``."""
+``compare``; and the steps of ``tformer train`` that the command line calls: its settings
+(``train_settings``), its processes (``launch_processes``) and the training (``run_training``)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, length_penalty, load, threads_kept
-from tformer_cli.config import DecodeConfig, load_recipe
+from tformer_cli.api.run import PathLike, Run, as_path, load, threads_kept
+from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import TformerError
-from tformer_cli.report.compare import Comparison, compare_runs
-from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
-from tformer_cli.training.setup import (
-    TRAIN_OPTIONS,
-    new_configs,
-    new_run_dir,
-    resume_options,
-    resumed_configs,
-)
-from tformer_cli.training.trainer import Trainer
+from tformer_cli.training.distributed import LAUNCHED, launch
+from tformer_cli.training.setup import new_configs, new_run_dir, resume_options, resumed_configs
+
+if TYPE_CHECKING:
+    from tformer_cli.training.trainer import TrainResult
 
 # the train options that name a file or folder: a str or a Path
 PATH_OPTIONS = ("init_from", "tokenizer_file", "src_file", "tgt_file", "valid_src_file",
                 "valid_tgt_file")  # fmt: skip
 CHOICES = {"positional": ("sinusoidal", "learned"), "norm": ("post", "pre")}
+# what a resumed run notes as ignored besides the train options
+RUN_OPTIONS = ("preset", "name", "runs_dir")
+
+
+def training_log(quiet: bool = False) -> Console:
+    """Where training logs: stderr (``quiet``: nothing), which a reader that left stops."""
+    return Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
+
+
+def check_choices(model_cfg: ModelConfig) -> None:
+    """A ``TformerError`` naming a model setting of a fixed set given another value."""
+    for option, choices in CHOICES.items():
+        if getattr(model_cfg, option) not in choices:
+            raise TformerError(f"{option}: use {' or '.join(choices)}")
+
+
+def train_settings(
+    given: Mapping[str, Any], *, preset: str | None, resume: Path | None, name: str | None,
+    runs_dir: Path, log: Console, check: Callable[[ModelConfig], None] = check_choices,
+) -> tuple[ModelConfig, TrainConfig, Path]:  # fmt: skip
+    """The model and training settings and the run folder of ``tformer train``: a new run's
+    (the ``preset`` recipe, then the train options ``given``, by name; ``check`` sees the model
+    settings before the folder is chosen), or a resumed one's own, with the stopping rules and
+    device given (a note on ``log`` names the options ignored)."""
+    options = {o: v for o, v in given.items() if o in TRAIN_OPTIONS}
+    if resume is not None:
+        asked = {o: v for o, v in given.items() if o in TRAIN_OPTIONS or o in RUN_OPTIONS}
+        overrides, ignored = resume_options(asked)
+        say = functools.partial(log.print, markup=False)
+        return (*resumed_configs(resume, overrides, ignored, say), resume)
+    model_cfg, train_cfg = new_configs(options, load_recipe(preset) if preset else {})
+    check(model_cfg)
+    return model_cfg, train_cfg, new_run_dir(runs_dir, name, train_cfg.data)
+
+
+def launch_processes(nproc: int, nnodes: str, rdzv_endpoint: str | None, argv: list[str]) -> int:
+    """``--nproc``/``--nnodes``: the same command (``argv``) once per process under torchrun;
+    its exit status."""
+    if os.environ.get("WORLD_SIZE"):
+        raise TformerError("--nproc starts torchrun itself: not under torchrun")
+    return launch(nproc, argv, nnodes, rdzv_endpoint)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """How ``run_training`` ended: its result, whether this process reports (rank 0), and the
+    exit status of an interruption (130; 0 in the workers of ``--nproc``, whose launcher says
+    130)."""
+
+    result: TrainResult
+    main: bool
+    stopped: int
+
+
+def run_training(
+    run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,
+    log: Console, tensorboard: Path | None = None, quiet: bool = False,
+) -> Trained:  # fmt: skip
+    """Train the run in ``run_dir`` (``resume``: from its last.pt), logging on ``log``; Ctrl-C
+    saves and ends it, ``interrupted``."""
+    from tformer_cli.training.trainer import Trainer  # looked up when called
+
+    trainer = Trainer(
+        run_dir, model_cfg, train_cfg, resume=resume, console=log, tensorboard=tensorboard
+    )
+    try:
+        result = trainer.run(quiet=quiet)
+    finally:
+        trainer.close()
+    return Trained(result, trainer.world.main, 0 if os.environ.get(LAUNCHED) else 130)
 
 
 def train(
@@ -53,25 +121,15 @@ def train(
     unknown = sorted(set(given) - set(TRAIN_OPTIONS))
     if unknown:
         raise TformerError(f"{unknown[0]}: no such train option (see tformer train --help)")
-    log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
-    if resume is not None:
-        run_dir = as_path(resume, "resume")
-        assert run_dir is not None
-        overrides, ignored = resume_options(given)
-        say = functools.partial(log.print, markup=False)
-        model_cfg, train_cfg = resumed_configs(run_dir, overrides, ignored, say)
-    else:
-        model_cfg, train_cfg = new_configs(given, load_recipe(recipe) if recipe else None)
-        for option, choices in CHOICES.items():
-            if getattr(model_cfg, option) not in choices:
-                raise TformerError(f"{option}: use {' or '.join(choices)}")
-        run_dir = new_run_dir(as_path(runs_dir, "runs_dir") or Path("runs"), name, train_cfg.data)
-    trainer = Trainer(run_dir, model_cfg, train_cfg, resume=resume is not None, console=log)
+    log = training_log(quiet)
+    model_cfg, train_cfg, run_dir = train_settings(
+        given, preset=recipe, resume=as_path(resume, "resume"), name=name,
+        runs_dir=as_path(runs_dir, "runs_dir") or Path("runs"), log=log,
+    )  # fmt: skip
     with threads_kept():
-        try:
-            result = trainer.run(quiet=quiet)
-        finally:
-            trainer.close()
+        resumed = resume is not None
+        trained = run_training(run_dir, model_cfg, train_cfg, resume=resumed, log=log, quiet=quiet)
+    result = trained.result
     if not (result.run_dir / "model.pt").exists():
         raise TformerError(f"interrupted before the first validation: resume={result.run_dir!s}")
     if result.interrupted:
@@ -91,10 +149,11 @@ def compare(
 ) -> Comparison:  # fmt: skip
     """``tformer compare``: the runs on the same data with paired significance tests (the first
     is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints the tables."""
+    from tformer_cli.api.reports import compare_runs
+
     paths = [as_path(r, "runs") for r in runs]
-    if paths:  # the first run's own unless given
-        alpha = length_penalty(alpha, paths[0])
-    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
     with threads_kept():
-        request = EvalRequest(data=data, split=split, limit=limit, config=cfg)
-        return compare_runs(paths, Console(), request, quiet=quiet)  # type: ignore[arg-type]
+        return compare_runs(
+            paths, Console(), beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
+            split=split, limit=limit,
+        )  # fmt: skip

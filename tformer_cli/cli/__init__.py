@@ -31,7 +31,7 @@ reflow_help(app, tokenizer_app)
 
 def main() -> None:
     """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
-    from tformer_cli.device import setup
+    from tformer_cli import setup
 
     with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that
         setup()  # set threads (loading a run, training) say so, on one line, as before

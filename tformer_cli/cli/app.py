@@ -21,9 +21,7 @@ from tformer_cli.cli.help import examples, lay_out
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
-    from tformer_cli.checkpoint import LoadedRun
     from tformer_cli.config import DecodeConfig
-    from tformer_cli.decode.translate import SourcesEngine
 
 F = TypeVar("F", bound=Callable[..., Any])
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -156,11 +154,11 @@ def destination(output: Path | None) -> Iterator[Console]:
     if output is None:
         yield out
         return
-    from tformer_cli.files import atomic_write_text
+    from tformer_cli.api.decoding import write_text
 
     buffer = io.StringIO()
     yield Console(file=buffer, width=out.width, highlight=False, soft_wrap=True, no_color=True)
-    atomic_write_text(output, buffer.getvalue())
+    write_text(output, buffer.getvalue())
 
 
 def version_callback(value: bool) -> None:
@@ -182,40 +180,11 @@ def main_options(
 
 
 # ---------------------------------------------------------------------------- engines
-@contextlib.contextmanager
-def interop_packages() -> Iterator[None]:
-    """A missing package of the interop routes as a one-line error naming what to install."""
-    try:
-        yield
-    except ModuleNotFoundError as e:
-        raise TformerError(
-            f"{e.name} is not installed: pip install ctranslate2 transformers sentencepiece"
-            " protobuf (or tformer's dev extra)"
-        ) from None
-
-
 def check_engine(engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True) -> None:
     """A usage error for an unknown ``--engine``, or for a search ``cfg`` of ``runs`` runs that
-    CTranslate2 cannot do (``engine.refusal``), before anything is loaded."""
-    from tformer_cli.decode.translate import ENGINES
+    CTranslate2 cannot do, before anything is loaded."""
+    from tformer_cli.api.decoding import engine_refusal
 
-    if engine not in ENGINES:
-        raise typer.BadParameter(f"{engine!r}: use torch or ctranslate2", param_hint="--engine")
-    if engine == "ctranslate2" and cfg is not None:
-        with interop_packages():
-            from tformer_cli.interop.engine import refusal
-
-        why = refusal(cfg, runs, cache)
-        if why is not None:
-            raise typer.BadParameter(why, param_hint="--engine")
-
-
-def load_engine(engine: str, run: LoadedRun) -> SourcesEngine | None:
-    """The run's CTranslate2 engine (its export made on first use) for ``--engine
-    ctranslate2``; ``None`` (tformer's search) for torch."""
-    if engine == "torch":
-        return None
-    with interop_packages():
-        from tformer_cli.interop.engine import ctranslate2_engine
-
-        return ctranslate2_engine(run)
+    why = engine_refusal(engine, cfg, runs, cache)
+    if why is not None:
+        raise typer.BadParameter(why, param_hint="--engine")

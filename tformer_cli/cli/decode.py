@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -20,9 +19,7 @@ from tformer_cli.cli.app import (
     destination,
     err,
     friendly_errors,
-    load_engine,
     out,
-    own_precision,
 )
 from tformer_cli.cli.options import (
     MAX_BEAM,
@@ -53,7 +50,6 @@ from tformer_cli.config import (
     DecodeConfig,
     SamplingConfig,
 )
-from tformer_cli.console import make_progress
 from tformer_cli.errors import TformerError
 
 
@@ -88,35 +84,6 @@ def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
     from tformer_cli.api.run import length_penalty
 
     return length_penalty(alpha, models[0] if models else None)
-
-
-def read_inputs(
-    texts: list[str] | None, file: Path | None
-) -> tuple[Iterable[str], int | None] | None:
-    """The texts to translate and their count if known: the arguments, the lines of a file
-    (``-``: stdin) or of piped stdin, read as they come; ``None``: ask on the terminal."""
-    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
-
-    if texts and file is not None:
-        raise TformerError("give sentences or --file, not both")
-    if texts:
-        return check_arguments(texts), len(texts)
-    if file is not None and str(file) != "-":
-        return file_lines(file), count_lines(file)
-    if file is None and sys.stdin.isatty():
-        return None
-    return read_lines(sys.stdin.buffer, "stdin"), None
-
-
-def write_trace(path: Path, runs: list[Any], texts: list[str], cfg: DecodeConfig) -> None:
-    """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
-    from tformer_cli.api import Run
-    from tformer_cli.files import atomic_write_text
-
-    if not texts or cfg.sampling is not None or cfg.mbr:
-        raise TformerError("--trace follows the search of a sentence given as an argument")
-    traced = Run(runs, cfg.alpha).trace(texts[0], beam=cfg.beam, top=cfg.beam + 5)
-    atomic_write_text(path, traced.to_json() + "\n")
 
 
 # Every option of tformer translate, in the order of its help.
@@ -254,16 +221,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.api.run import length_penalty
-    from tformer_cli.checkpoint import load_runs
-    from tformer_cli.decode.streams import (
-        format_translations,
-        save_translations,
-        translate_chunks,
-        write_translations,
-    )
-    from tformer_cli.decode.translate import Batching, translate_texts
-    from tformer_cli.device import oom_hint
+    from tformer_cli.api.decoding import open_translator, output_style, read_inputs
 
     v = SimpleNamespace(**values)
     if v.greedy and (v.sample or v.mbr):
@@ -284,14 +242,15 @@ def translate(ctx: typer.Context, **values: Any) -> None:
         raise typer.BadParameter(
             "CTranslate2 cannot trace a search: use --engine torch", param_hint="--engine"
         )
-    inputs = read_inputs(v.texts, v.file)
-    run = load_runs(v.model, v.device, own_precision(v.precision, v.model), v.compile)
-    if v.alpha is None:  # the first run's
-        cfg = dataclasses.replace(cfg, alpha=length_penalty(None, run[0].config))
+    inputs = read_inputs(v.texts, v.file, sys.stdin)
+    translator = open_translator(
+        v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
+        use_cache=not v.no_cache,
+    )  # fmt: skip
     if v.trace is not None:
-        write_trace(v.trace, run, v.texts or [], cfg)
-    decoder = load_engine(v.engine, run[0])
-    style = "json" if v.json_out else "nbest" if v.nbest > 1 else "scores" if v.scores else "plain"
+        translator.trace(v.trace, v.texts or [])
+    translator = translator.with_engine(v.engine)
+    style = output_style(v.json_out, v.nbest, v.scores)
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
         while True:
@@ -300,24 +259,12 @@ def translate(ctx: typer.Context, **values: Any) -> None:
             except EOFError:  # Ctrl-D: end the prompt's line
                 err.print()
                 return
-            batching = Batching(use_cache=not v.no_cache)
-            result = translate_texts(run, [line], cfg, batching, engine=decoder)
-            out.print(format_translations(result, style)[0], markup=False)
+            out.print(translator.line(line, style), markup=False)
     lines, total = inputs
-    few = total < 100 if total is not None else not err.is_terminal  # no bar for a short job
-    with (
-        make_progress("translate", err, disable=v.quiet or few) as progress,
-        oom_hint(v.max_tokens),
-    ):
-        task = progress.add_task("translate", total=total, info="")
-        chunks = translate_chunks(
-            run, lines, cfg, Batching(v.max_tokens, v.batch_size, not v.no_cache),
-            chunk_size=v.chunk_size, on_batch=lambda n: progress.advance(task, n), engine=decoder,
-        )  # fmt: skip
-        if v.output is not None:
-            count = save_translations(v.output, chunks, style)
-        else:
-            count = write_translations(chunks, sys.stdout.buffer, style)
+    count = translator.stream(
+        lines, total, err, style=style, output=v.output, sink=sys.stdout.buffer,
+        max_tokens=v.max_tokens, batch_size=v.batch_size, chunk_size=v.chunk_size, quiet=v.quiet,
+    )  # fmt: skip
     if not count and not v.quiet:
         err.print("note: no input sentences: nothing to translate", markup=False)
 
@@ -362,23 +309,24 @@ def inspect_attention(
     and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
-    from tformer_cli.report.attention.view import AttentionRequest
-    from tformer_cli.report.attention.view import inspect_attention as run_inspect
+    from tformer_cli.api.decoding import inspect_attention as inspect
 
-    request = AttentionRequest(
-        kind=kind, layer=layer, head=head, beam=beam, align=align,
-        align_sentences=align_sentences, device=device,
-        precision=own_precision(precision, [model] if model else None),
-    )  # fmt: skip
+    def run_inspect(
+        text: str, model: Path | None, console: Console, log: Console, **files: Any
+    ) -> None:
+        inspect(
+            text, model, console, log, kind=kind, layer=layer, head=head, beam=beam,
+            align=align, align_sentences=align_sentences, device=device, precision=precision,
+            **files,
+        )  # fmt: skip
+
     log = Console(stderr=True, quiet=quiet, soft_wrap=True)
     if not json_out:
         with destination(output) as console:
-            run_inspect(text, model, request, console, log, save=save)
+            run_inspect(text, model, console, log, save=save)
         return
     if output is not None:  # JSON to a file, the text to nowhere
-        run_inspect(
-            text, model, request, Console(file=io.StringIO()), log, save=save, json_path=output
-        )
+        run_inspect(text, model, Console(file=io.StringIO()), log, save=save, json_path=output)
         return
     import tempfile
 
@@ -386,13 +334,7 @@ def inspect_attention(
         written = Path(folder) / "attention.json"
         quiet_log = Console(stderr=True, quiet=True)
         run_inspect(
-            text,
-            model,
-            request,
-            Console(file=io.StringIO()),
-            quiet_log,
-            save=save,
-            json_path=written,
+            text, model, Console(file=io.StringIO()), quiet_log, save=save, json_path=written
         )
         if save is not None:
             log.print(f"wrote {save}", markup=False, highlight=False)

@@ -49,7 +49,6 @@ from tformer_cli.cli.options import (
 )
 from tformer_cli.config import (
     MAX_SEED,
-    DecodeConfig,
 )
 
 # ---------------------------------------------------------------------------- eval
@@ -141,10 +140,7 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
     quality decay with length. Metrics with no defined value print n/a. With several runs
     (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
-    from tformer_cli.device import oom_hint
-    from tformer_cli.report.eval_run import evaluate_run
-    from tformer_cli.report.evaluation import EvalConfig, render_report, report_json
-    from tformer_cli.report.request import EvalRequest
+    from tformer_cli.api.reports import evaluate_runs
 
     v = SimpleNamespace(**values)
     search = search_config(
@@ -153,25 +149,16 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
         min_len=v.min_len, seed=v.seed,
     )  # fmt: skip
     check_engine(v.engine, search, len(v.model or [None]))
-    request = EvalRequest(
-        data=v.data, src_lang=v.src, tgt_lang=v.tgt, src_file=v.src_file, tgt_file=v.tgt_file,
-        split=v.split, limit=v.limit, config=EvalConfig(search, seed=v.seed), device=v.device,
-        precision=v.precision, threads=v.threads, compile=v.compile, engine=v.engine,
-    )  # fmt: skip
-    runs = v.model or [None]
     with destination(None if v.json_out else v.output) as console:
-        for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
-            last = i == len(runs) - 1
-            with oom_hint():
-                evaluation = evaluate_run(
-                    run, request, keep=True, json_path=v.output if v.json_out and last else None,
-                    hyp_path=v.hypotheses if last else None,
-                    ensemble_with=runs[:-1] if last else (), console=err, quiet=v.quiet,
-                )  # fmt: skip
-            if not v.json_out:
-                console.print(render_report(evaluation.report))
+        report = evaluate_runs(
+            v.model, search, seed=v.seed, console=None if v.json_out else console, log=err,
+            json_path=v.output if v.json_out else None, hyp_path=v.hypotheses, quiet=v.quiet,
+            data=v.data, src_lang=v.src, tgt_lang=v.tgt, src_file=v.src_file,
+            tgt_file=v.tgt_file, split=v.split, limit=v.limit, device=v.device,
+            precision=v.precision, threads=v.threads, compile=v.compile, engine=v.engine,
+        )  # fmt: skip
     if v.json_out and v.output is None:
-        out.print(report_json(evaluation.report), markup=False, end="")
+        out.print(report, markup=False, end="")
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
@@ -193,7 +180,7 @@ def runs_command(
     (a live training process holds the run's lock) or broken (with the reason). Test BLEU comes
     from tformer eval's stored result for the current model.pt, else from the end of training.
     """
-    from tformer_cli.report.runs import show_runs
+    from tformer_cli.api.reports import show_runs
 
     with destination(output) as console:
         show_runs(folder, console, as_json=json_out)
@@ -222,11 +209,10 @@ def show_command(
     From the run's log.jsonl: train loss, valid loss, perplexity and BLEU, learning rate,
     target tokens/s, and the teacher-forcing probability of scheduled sampling when used.
     """
-    from tformer_cli.checkpoint import resolve_run
-    from tformer_cli.report.show import show_run
+    from tformer_cli.api.reports import show_run
 
-    run = resolve_run(positional(legacy, model, "tformer show RUN", "tformer show -m RUN"))
-    show_run(run, out, save=save, x=x, err=Console(stderr=True, quiet=quiet, soft_wrap=True))
+    run = positional(legacy, model, "tformer show RUN", "tformer show -m RUN")
+    show_run(run, out, Console(stderr=True, quiet=quiet, soft_wrap=True), save=save, x=x)
 
 
 @app.command("compare", cls=Command)
@@ -286,22 +272,14 @@ def compare_command(
     A run's stored tformer eval result is reused when it is current (same model.pt bytes, data
     and settings); otherwise the run is evaluated now and the result kept.
     """
-    from tformer_cli.checkpoint import resolve_run
-    from tformer_cli.report.compare import compare_runs
-    from tformer_cli.report.evaluation import EvalConfig
-    from tformer_cli.report.request import EvalRequest
+    from tformer_cli.api.reports import compare_runs
 
     runs = positional(legacy, model, "tformer compare RUN RUN", "tformer compare -m RUN -m RUN")
     if not runs or len(runs) < 2:
         raise typer.BadParameter("compare needs two runs or more: -m A -m B", param_hint="--model")
-    alpha = run_alpha(alpha, [resolve_run(runs[0])])
-    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=alpha), seed=seed)
-    request = EvalRequest(
-        data=data, src_lang=src, tgt_lang=tgt, split=split, limit=limit, config=cfg,
-        device=device, precision=precision, threads=threads,
-    )  # fmt: skip
     with destination(output) as console:
         compare_runs(
-            runs, console, request, keep=True, save=save, x=x, as_json=json_out, err=err,
-            quiet=quiet,
+            runs, console, err, beam=beam, alpha=alpha, seed=seed, keep=True, save=save, x=x,
+            as_json=json_out, quiet=quiet, data=data, src_lang=src, tgt_lang=tgt, split=split,
+            limit=limit, device=device, precision=precision, threads=threads,
         )  # fmt: skip

@@ -12,7 +12,6 @@ import typer
 
 from tformer_cli.config import (
     MAX_SEED,
-    ModelConfig,
     TrainConfig,
 )
 
@@ -156,4 +155,4 @@ Threads = Annotated[
     ),
 ]
 
-M, T = ModelConfig(vocab_size=0), TrainConfig()  # the defaults shown in --help
+T = TrainConfig()  # the defaults shown in --help

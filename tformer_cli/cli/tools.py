@@ -14,7 +14,6 @@ from tformer_cli.cli.app import (
     check_engine,
     err,
     friendly_errors,
-    interop_packages,
     out,
     positional,
     tokenizer_app,
@@ -66,6 +65,7 @@ def serve_command(
     inspect-attention --json; GET /health, GET /model; the API's own page is /docs. Requests
     that arrive together are decoded in one batch. Needs the serve extra.
     """
+    from tformer_cli.api.decoding import interop_packages
     from tformer_cli.serve import Limits, serve
 
     check_engine(engine, None)
@@ -107,7 +107,7 @@ def export_command(
     table). hf: a run trained post-LN with sinusoidal positions (the toy recipe's), as a
     Hugging Face MarianMTModel folder with a fast tokenizer and a generation config.
     """
-    from tformer_cli.checkpoint import resolve_run
+    from tformer_cli.api.reports import export_run
 
     if to not in ("ctranslate2", "hf"):
         raise typer.BadParameter(f"{to!r}: use ctranslate2 or hf", param_hint="--to")
@@ -120,16 +120,7 @@ def export_command(
         model, output = positional(legacy[0], model, old, new), legacy[1]
     if output is None:
         raise typer.BadParameter("the folder to write: -o DIR", param_hint="--output")
-    run_dir = resolve_run(model)
-    with interop_packages():
-        if to == "ctranslate2":
-            from tformer_cli.interop.ct2 import export_ctranslate2
-
-            written = export_ctranslate2(run_dir, output, quantization)
-        else:
-            from tformer_cli.interop.hf import export_hf
-
-            written = export_hf(run_dir, output)
+    run_dir, written = export_run(model, to, output, quantization)
     out.print(f"exported {run_dir} -> {written} ({to})", markup=False)
 
 
@@ -150,10 +141,9 @@ def import_command(
     and train --init-from use it as a trained run; tformer runs lists it as imported. Offline
     (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache.
     """
-    with interop_packages():
-        from tformer_cli.interop.hf import import_marian
+    from tformer_cli.api.reports import import_run
 
-        run_dir = import_marian(source, runs_dir, name)
+    run_dir = import_run(source, runs_dir, name)
     out.print(f"imported {source} -> {run_dir}", markup=False)
 
 
@@ -179,22 +169,19 @@ def tokenizer_train(
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
     --tokenizer choices before training a model."""
-    from tformer_cli.data.corpus import load_corpus, training_text
-    from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
+    from tformer_cli.api.reports import train_tokenizer
 
     output = positional(
         legacy, output, "tformer tokenizer train FILE", "tformer tokenizer train -o FILE"
     )
     if output is None:
         raise typer.BadParameter("where to write tokenizer.json: -o FILE", param_hint="--output")
-    corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
-    text = training_text(corpus["train"], T.tokenizer_sample)  # as tformer train samples it
-    tok = train_tokenizer(text, vocab_size, tokenizer)
-    save_tokenizer(tok, output)
-    for side in ("src", "tgt"):
-        stats = tokenizer_stats(tok, corpus["valid"][side])
+    vocabulary, stats = train_tokenizer(
+        output, data=data, src=src, tgt=tgt, vocab_size=vocab_size, kind=tokenizer
+    )
+    for side in stats:
         out.print(
-            f"valid {side}: {stats.sentences} sentences, {stats.avg_tokens:.1f} tokens/sentence,"
-            f" unknown rate {stats.unk_rate:.2%}"
+            f"valid {side.side}: {side.sentences} sentences, {side.avg_tokens:.1f}"
+            f" tokens/sentence, unknown rate {side.unk_rate:.2%}"
         )
-    out.print(f"vocabulary: {tok.get_vocab_size()} types -> {output}", markup=False)
+    out.print(f"vocabulary: {vocabulary} types -> {output}", markup=False)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from tformer_cli.cli.app import (
     Command,
@@ -21,68 +19,19 @@ from tformer_cli.cli.app import (
     positional,
 )
 from tformer_cli.cli.options import (
-    Device,
-    M,
-    Precision,
     Quiet,
-    T,
     declared,
     with_options,
 )
-from tformer_cli.config import (
-    MAX_SEED,
-    MAX_VOCAB,
-    load_recipe,
-)
-from tformer_cli.console import StopOnClosedPipe
-from tformer_cli.errors import TformerError
+from tformer_cli.config import TRAIN_OPTIONS, ModelConfig
 
 # ---------------------------------------------------------------------------- train
 
 
-# Every option of tformer train, in the order of its help.
-TRAIN = declared(
-    data=(
-        Annotated[
-            str,
-            typer.Option(
-                help="toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG] (or"
-                " --src-file"
-                " and --tgt-file)."
-            ),
-        ],
-        T.data,
-    ),
-    src=(Annotated[str | None, typer.Option(help="Source language suffix of plain files.")], None),
-    tgt=(Annotated[str | None, typer.Option(help="Target language suffix of plain files.")], None),
-    src_file=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Plain source file (one sentence a line, e.g. train.de), the train split with"
-                " --tgt-file, instead of --data; valid/test are carved from it unless given."
-            ),
-        ],
-        None,
-    ),
-    tgt_file=(
-        Annotated[
-            Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
-        ],
-        None,
-    ),
-    valid_src_file=(
-        Annotated[
-            Path | None,
-            typer.Option(help="Plain source file of the valid split, with --valid-tgt-file."),
-        ],
-        None,
-    ),
-    valid_tgt_file=(
-        Annotated[Path | None, typer.Option(help="Plain target file of the valid split.")],
-        None,
-    ),
-    preset=(
+# The options of tformer train of its own, besides those that set a config field (declared
+# once, beside the field: config.TRAIN_OPTIONS).
+OWN = {
+    "preset": (
         Annotated[
             str | None,
             typer.Option(
@@ -92,154 +41,18 @@ TRAIN = declared(
         ],
         None,
     ),
-    name=(
+    "name": (
         Annotated[str | None, typer.Option(help="Run name: runs/NAME. Default: data+time.")],
         None,
     ),
-    runs_dir=(Annotated[Path, typer.Option(help="Folder holding the runs.")], Path("runs")),
-    resume=(
+    "runs_dir": (Annotated[Path, typer.Option(help="Folder holding the runs.")], Path("runs")),
+    "resume": (
         Annotated[
             Path | None, typer.Option(help="Continue the run in this folder from its last.pt.")
         ],
         None,
     ),
-    vocab_size=(
-        Annotated[int, typer.Option(max=MAX_VOCAB, help="Shared subword vocabulary size.")],
-        T.vocab_size,
-    ),
-    tokenizer=(Annotated[str, typer.Option(help="bpe, unigram or wordlevel.")], T.tokenizer_kind),
-    tokenizer_sample=(
-        Annotated[int, typer.Option(help="Train the tokenizer on at most N sentences (0: all).")],
-        T.tokenizer_sample,
-    ),
-    tokenizer_file=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with"
-                " <pad>=0 <unk>=1 <s>=2 </s>=3) instead of training one."
-            ),
-        ],
-        None,
-    ),
-    init_from=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Fine-tune: start from this run's weights and tokenizer, with its model"
-                " settings (a new optimizer and schedule)."
-            ),
-        ],
-        None,
-    ),
-    d_model=(Annotated[int, typer.Option(help="Model width d_model.")], M.d_model),
-    heads=(Annotated[int, typer.Option(help="Attention heads h.")], M.h),
-    d_ff=(Annotated[int, typer.Option(help="Inner width of the feed-forward layers.")], M.d_ff),
-    layers=(
-        Annotated[int, typer.Option(help="Encoder and decoder layers (each).")],
-        M.n_encoder_layers,
-    ),
-    dropout=(
-        Annotated[float, typer.Option(help="Dropout on embeddings and sublayers.")],
-        M.dropout,
-    ),
-    positional=(Annotated[str, typer.Option(help="sinusoidal or learned.")], M.positional),
-    norm=(Annotated[str, typer.Option(help="post: LayerNorm(x + f(x)) (paper), or pre.")], M.norm),
-    tie=(Annotated[bool, typer.Option(help="Tie embeddings and output layer.")], M.tie_embeddings),
-    max_tokens=(Annotated[int, typer.Option(help="Batch size in padded tokens.")], T.max_tokens),
-    max_len=(Annotated[int, typer.Option(help="Skip longer training pairs (tokens).")], T.max_len),
-    lr=(Annotated[float, typer.Option(help="Peak learning rate (AdamW).")], T.lr),
-    warmup=(Annotated[int, typer.Option(help="Warm-up steps, then --decay.")], T.warmup),
-    decay=(
-        Annotated[
-            str,
-            typer.Option(
-                help="After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end"
-                " of --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt)."
-            ),
-        ],
-        T.decay,
-    ),
-    label_smoothing=(Annotated[float, typer.Option(help="Label smoothing.")], T.label_smoothing),
-    clip_norm=(Annotated[float, typer.Option(help="Max gradient norm (0: off).")], T.clip_norm),
-    accum=(Annotated[int, typer.Option(help="Batches per update.")], T.accum),
-    max_steps=(Annotated[int, typer.Option(help="Stop after N updates (0: none).")], T.max_steps),
-    epochs=(Annotated[int, typer.Option(help="Stop after N epochs (0: none).")], T.max_epochs),
-    max_minutes=(Annotated[float, typer.Option(help="Stop after this time.")], T.max_minutes),
-    valid_every=(Annotated[int, typer.Option(help="Validate every N updates.")], T.valid_every),
-    valid_bleu_size=(
-        Annotated[int, typer.Option(help="Validation sentences for BLEU.")],
-        T.valid_bleu_size,
-    ),
-    save_every=(
-        Annotated[
-            float,
-            typer.Option(
-                help="Save last.pt at least every N minutes, besides each validation (0: only"
-                " at validations). A killed run loses at most this much work."
-            ),
-        ],
-        T.save_every,
-    ),
-    patience=(
-        Annotated[int, typer.Option(help="Early stop after N validations without gain (0: off).")],
-        T.patience,
-    ),
-    average=(
-        Annotated[
-            int,
-            typer.Option(
-                help="Keep the last N validation checkpoints; at the end their mean becomes"
-                " model.pt"
-                " if it validates at least as well as the best one (0: off)."
-            ),
-        ],
-        T.average,
-    ),
-    beam_alpha=(
-        Annotated[
-            float,
-            typer.Option(
-                help="The length penalty (GNMT alpha) of this run's beam search when translate,"
-                " eval"
-                " or serve is given no --alpha."
-            ),
-        ],
-        T.beam_alpha,
-    ),
-    scheduled_sampling=(
-        Annotated[
-            str, typer.Option(help="Scheduled sampling: off, linear, exp or inverse-sigmoid.")
-        ],
-        T.scheduled_sampling,
-    ),
-    ss_k=(
-        Annotated[
-            float | None,
-            typer.Option(
-                help="Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k))."
-            ),
-        ],
-        T.ss_k,
-    ),
-    ss_min=(Annotated[float, typer.Option(help="Floor of the linear schedule.")], T.ss_min),
-    ss_warmup=(Annotated[int, typer.Option(help="Updates of pure teacher forcing first.")], 0),
-    ss_mix=(Annotated[str, typer.Option(help="Model tokens by argmax or sample.")], T.ss_mix),
-    ss_tau=(Annotated[float, typer.Option(help="Sampling temperature.")], T.ss_tau),
-    seed=(Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Random seed.")], T.seed),
-    device=(Device, T.device),
-    precision=(Precision, T.precision),
-    compile=(
-        Annotated[
-            str,
-            typer.Option(
-                help="torch.compile the forward pass and loss: on, off, or auto (eager: compiling"
-                " was no faster, on CPU or CUDA: docs/speed.md)."
-            ),
-        ],
-        T.compile,
-    ),
-    tensorboard=(
+    "tensorboard": (
         Annotated[
             Path | None,
             typer.Option(
@@ -248,7 +61,7 @@ TRAIN = declared(
         ],
         None,
     ),
-    nproc=(
+    "nproc": (
         Annotated[
             int,
             typer.Option(
@@ -259,51 +72,62 @@ TRAIN = declared(
         ],
         1,
     ),
-    nnodes=(
+    "nnodes": (
         Annotated[
             str, typer.Option(help="Machines taking part, passed to torchrun (e.g. 2, or 1:4).")
         ],
         "1",
     ),
-    rdzv_endpoint=(
+    "rdzv_endpoint": (
         Annotated[
             str | None,
             typer.Option(help="HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."),
         ],
         None,
     ),
-    quiet=(Quiet, False),
-)
+    "quiet": (Quiet, False),
+}
+# The order of train's help: the data, the run, the tokenizer, the model, optimisation,
+# stopping, scheduled sampling, the hardware, the output.
+HELP_ORDER = (
+    "data", "src", "tgt", "src_file", "tgt_file", "valid_src_file", "valid_tgt_file", "preset",
+    "name", "runs_dir", "resume", "vocab_size", "tokenizer", "tokenizer_sample", "tokenizer_file",
+    "init_from", "d_model", "heads", "d_ff", "layers", "dropout", "positional", "norm", "tie",
+    "max_tokens", "max_len", "lr", "warmup", "decay", "label_smoothing", "clip_norm", "accum",
+    "max_steps", "epochs", "max_minutes", "valid_every", "valid_bleu_size", "save_every",
+    "patience", "average", "beam_alpha", "scheduled_sampling", "ss_k", "ss_min", "ss_warmup",
+    "ss_mix", "ss_tau", "seed", "device", "precision", "compile", "tensorboard", "nproc",
+    "nnodes", "rdzv_endpoint", "quiet",
+)  # fmt: skip
 
 
-def configs(ctx: typer.Context, values: dict[str, Any], log: Console) -> tuple[Any, Any, Path]:
-    """The model and training settings and the run folder: a new run's (the recipe, then the
-    options given), or a resumed one's own (with the stopping rules and --device given)."""
-    from tformer_cli.training.setup import (
-        TRAIN_OPTIONS,
-        new_configs,
-        new_run_dir,
-        resume_options,
-        resumed_configs,
-    )
+def train_option(name: str) -> tuple[Any, Any]:
+    """A train option as ``declared`` takes it: the command's own, or the one its config fields'
+    metadata declare (their type, default, help and bounds)."""
+    if name in OWN:
+        return OWN[name]
+    declared_in = TRAIN_OPTIONS[name]
+    option = typer.Option(help=declared_in.help, **declared_in.bounds)
+    return Annotated[declared_in.kind, option], declared_in.default
 
-    def given(names: Iterable[str]) -> dict[str, Any]:  # set on the command line, not defaults
-        sources = {o: ctx.get_parameter_source(o) for o in names}  # click's enum, or typer's
-        known = [o for o, source in sources.items() if source is not None]
-        return {o: values[o] for o in known if sources[o].name != "DEFAULT"}
 
-    options, resume = given(TRAIN_OPTIONS), values["resume"]
-    if resume is not None:
-        overrides, ignored = resume_options({**options, **given(("preset", "name", "runs_dir"))})
-        say = functools.partial(log.print, markup=False)
-        return (*resumed_configs(resume, overrides, ignored, say), resume)
-    recipe = load_recipe(values["preset"]) if values["preset"] else {}
-    model_cfg, train_cfg = new_configs(options, recipe)
+# Every option of tformer train, in the order of its help.
+TRAIN = declared(**{name: train_option(name) for name in HELP_ORDER})
+
+
+def check_choices(model_cfg: ModelConfig) -> None:
+    """A usage error for --positional or --norm given a value of no use."""
     if model_cfg.positional not in ("sinusoidal", "learned"):
         raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
     if model_cfg.norm not in ("post", "pre"):
         raise typer.BadParameter("use post or pre", param_hint="--norm")
-    return model_cfg, train_cfg, new_run_dir(values["runs_dir"], values["name"], train_cfg.data)
+
+
+def given(ctx: typer.Context, values: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """The options of ``names`` set on the command line, not left at their defaults."""
+    sources = {o: ctx.get_parameter_source(o) for o in names}  # click's enum, or typer's
+    known = [o for o, source in sources.items() if source is not None]
+    return {o: values[o] for o in known if sources[o].name != "DEFAULT"}
 
 
 @app.command(cls=Command)
@@ -316,38 +140,37 @@ def train(ctx: typer.Context, **values: Any) -> None:
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.training.distributed import LAUNCHED, launch
-    from tformer_cli.training.trainer import Trainer
+    from tformer_cli.api.training import (
+        launch_processes,
+        run_training,
+        train_settings,
+        training_log,
+    )
 
-    nproc, nnodes, quiet = values["nproc"], values["nnodes"], values["quiet"]
-    if nproc > 1 or nnodes != "1":  # the same command, once per process, under torchrun
-        if os.environ.get("WORLD_SIZE"):
-            raise TformerError("--nproc starts torchrun itself: not under torchrun")
-        raise typer.Exit(launch(nproc, sys.argv[2:], nnodes, values["rdzv_endpoint"]))
-    log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
-    model_cfg, train_cfg, run_dir = configs(ctx, values, log)
-    trainer = Trainer(
-        run_dir, model_cfg, train_cfg, resume=values["resume"] is not None, console=log,
-        tensorboard=values["tensorboard"],
+    v = SimpleNamespace(**values)
+    if v.nproc > 1 or v.nnodes != "1":  # the same command, once per process, under torchrun
+        raise typer.Exit(launch_processes(v.nproc, v.nnodes, v.rdzv_endpoint, sys.argv[2:]))
+    log = training_log(v.quiet)
+    model_cfg, train_cfg, run_dir = train_settings(
+        given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
+        resume=v.resume, name=v.name, runs_dir=v.runs_dir, log=log, check=check_choices,
     )  # fmt: skip
-    try:
-        result = trainer.run(quiet=quiet)
-    finally:
-        trainer.close()
-    # a stop after a Ctrl-C: exit 130 as an interrupted program does (so that `&&` stops here);
-    # the workers of `--nproc` exit 0, since their launcher says 130 and torchrun stays quiet
-    stopped = 0 if os.environ.get(LAUNCHED) else 130
-    if not trainer.world.main:  # under torchrun rank 0 alone reports
-        raise typer.Exit(stopped if result.interrupted else 0)
+    trained = run_training(
+        run_dir, model_cfg, train_cfg, resume=v.resume is not None, log=log,
+        tensorboard=v.tensorboard, quiet=v.quiet,
+    )  # fmt: skip
+    result = trained.result
+    if not trained.main:  # under torchrun rank 0 alone reports
+        raise typer.Exit(trained.stopped if result.interrupted else 0)
     if result.test_bleu is not None:
         out.print(f"test BLEU (greedy, sacrebleu): {result.test_bleu:.2f}")
     out.print(f"run: {result.run_dir}", markup=False)
-    if result.interrupted:
+    if result.interrupted:  # exit 130 as an interrupted program does (so that `&&` stops here)
         hint = f"interrupted: continue with tformer train --resume {result.run_dir}"
         if not (result.run_dir / "model.pt").exists():
             hint += " (no model.pt yet: translate and eval use the newest run that has one)"
         err.print(hint, markup=False)
-        raise typer.Exit(stopped)
+        raise typer.Exit(trained.stopped)
 
 
 # ---------------------------------------------------------------------------- average
@@ -378,10 +201,10 @@ def average_checkpoints(
     ] = None,
 ) -> None:
     """Average the parameters of a run's newest validation checkpoints (element-wise, fp32)."""
-    from tformer_cli.checkpoint import average_run, resolve_run
+    from tformer_cli.api.reports import average_checkpoints as average
 
     run = positional(legacy, model, "tformer average RUN", "tformer average -m RUN")
-    paths, target = average_run(resolve_run(run), last, output)
+    paths, target = average(run, last, output)
     out.print(
         f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}",
         markup=False,

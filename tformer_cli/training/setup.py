@@ -21,7 +21,7 @@ from rich.console import Console
 from tokenizers import Tokenizer
 
 from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, load_weights, resolve_run
-from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
@@ -33,34 +33,6 @@ from tformer_cli.files import atomic_write
 from tformer_cli.model import Transformer
 from tformer_cli.training.distributed import World, barrier, init_world
 
-# train's options -> (config table, field); "layers" sets both stacks
-TRAIN_OPTIONS: dict[str, tuple[str, ...]] = {
-    "data": ("train", "data"), "src": ("train", "src_lang"), "tgt": ("train", "tgt_lang"),
-    "src_file": ("train", "src_file"), "tgt_file": ("train", "tgt_file"),
-    "valid_src_file": ("train", "valid_src_file"), "valid_tgt_file": ("train", "valid_tgt_file"),
-    "vocab_size": ("train", "vocab_size"), "tokenizer": ("train", "tokenizer_kind"),
-    "tokenizer_file": ("train", "tokenizer_file"),
-    "tokenizer_sample": ("train", "tokenizer_sample"), "init_from": ("train", "init_from"),
-    "d_model": ("model", "d_model"), "heads": ("model", "h"), "d_ff": ("model", "d_ff"),
-    "layers": ("model", "n_encoder_layers", "n_decoder_layers"), "dropout": ("model", "dropout"),
-    "positional": ("model", "positional"), "norm": ("model", "norm"),
-    "tie": ("model", "tie_embeddings"), "max_tokens": ("train", "max_tokens"),
-    "max_len": ("train", "max_len"), "lr": ("train", "lr"), "warmup": ("train", "warmup"),
-    "decay": ("train", "decay"), "compile": ("train", "compile"),
-    "label_smoothing": ("train", "label_smoothing"), "clip_norm": ("train", "clip_norm"),
-    "accum": ("train", "accum"), "max_steps": ("train", "max_steps"),
-    "epochs": ("train", "max_epochs"), "max_minutes": ("train", "max_minutes"),
-    "valid_every": ("train", "valid_every"), "valid_bleu_size": ("train", "valid_bleu_size"),
-    "save_every": ("train", "save_every"),
-    "patience": ("train", "patience"), "average": ("train", "average"), "seed": ("train", "seed"),
-    "beam_alpha": ("train", "beam_alpha"),
-    "precision": ("train", "precision"), "device": ("train", "device"),
-    "scheduled_sampling": ("train", "scheduled_sampling"), "ss_k": ("train", "ss_k"),
-    "ss_min": ("train", "ss_min"), "ss_warmup": ("train", "ss_warmup"),
-    "ss_mix": ("train", "ss_mix"), "ss_tau": ("train", "ss_tau"),
-}  # fmt: skip
-
-
 # On --resume only these may change: the stopping rules, the save interval and the device (a
 # run moved between CPU and CUDA continues, though not bit for bit); any other setting would
 # break exact continuation.
@@ -71,16 +43,16 @@ def new_configs(
     options: Mapping[str, Any], recipe: Mapping[str, Mapping[str, Any]] | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a new run: the ``recipe``'s (``load_recipe``), the ``options`` given (by
-    the names of ``TRAIN_OPTIONS``, as ``tformer train`` takes them) winning, the configs'
+    the names of ``config.TRAIN_OPTIONS``, as ``tformer train`` takes them) winning, the configs'
     defaults for the rest; local data paths made absolute. ``init_from`` takes that run's
     model settings and tokenizer (``fine_tuning``)."""
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     for table in tables:
         tables[table].update((recipe or {}).get(table, {}))
     for option, value in options.items():
-        table, *fields = TRAIN_OPTIONS[option]
-        for field in fields:
-            tables[table][field] = str(value) if isinstance(value, Path) else value
+        declared = TRAIN_OPTIONS[option]
+        for field in declared.fields:
+            tables[declared.table][field] = str(value) if isinstance(value, Path) else value
     train_cfg = from_dict(TrainConfig, tables["train"])
     if train_cfg.src_file is not None and "data" in options:
         raise TformerError("give --data or --src-file/--tgt-file, not both")
@@ -106,9 +78,9 @@ def fine_tuning(
     source = RunConfig.load(run).model
     load_weights(Transformer(source), run)  # before any folder is made: a mismatch is an error
     for option in sorted(given):
-        table, *fields = TRAIN_OPTIONS[option]
-        for field in fields:
-            if table == "model" and getattr(model_cfg, field) != getattr(source, field):
+        declared = TRAIN_OPTIONS[option]
+        for field in declared.fields:
+            if declared.table == "model" and getattr(model_cfg, field) != getattr(source, field):
                 raise TformerError(
                     f"--{option.replace('_', '-')} {getattr(model_cfg, field)} contradicts"
                     f" {run}'s {getattr(source, field)}: --init-from takes the run's model"
@@ -127,7 +99,7 @@ def fine_tuning(
 def resume_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The ``options`` given to a resumed run (by option name): (the settings they change, by
     field: those of ``RESUME_OVERRIDES``; the options ignored, sorted)."""
-    fields = {option: TRAIN_OPTIONS.get(option, ("", ""))[1] for option in options}
+    fields = {o: TRAIN_OPTIONS[o].fields[0] if o in TRAIN_OPTIONS else "" for o in options}
     overrides = {fields[o]: value for o, value in options.items() if fields[o] in RESUME_OVERRIDES}
     return overrides, sorted(o for o in options if fields[o] not in RESUME_OVERRIDES)
 

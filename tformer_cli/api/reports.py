@@ -1,0 +1,154 @@
+"""What ``tformer eval``, ``runs``, ``show``, ``compare``, ``average``, ``export``, ``import``
+and ``tokenizer train`` do, printed where the caller says: the command line's work, callable.
+Light to import: each function loads what it needs when called."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from tformer_cli.api.decoding import interop_packages
+from tformer_cli.config import DecodeConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from tformer_cli.report.compare import Comparison
+
+
+def evaluate_runs(
+    models: Sequence[Path] | None, search: DecodeConfig, *, seed: int, console: Console | None,
+    log: Console, json_path: Path | None = None, hyp_path: Path | None = None,
+    quiet: bool = False, **request: Any,
+) -> str:  # fmt: skip
+    """``tformer eval`` of each run (default: the newest), kept in its folder, each report
+    printed on ``console`` (``None``: not printed); the last run also scores the ensemble of
+    them all and writes ``json_path`` and ``hyp_path``. ``request``: the other fields of
+    ``EvalRequest`` (data, split, limit, device, precision...). Returns the last report's JSON."""
+    from tformer_cli.device import oom_hint
+    from tformer_cli.report.eval_run import evaluate_run
+    from tformer_cli.report.evaluation import EvalConfig, render_report, report_json
+    from tformer_cli.report.request import EvalRequest
+
+    asked = EvalRequest(config=EvalConfig(search, seed=seed), **request)
+    runs = list(models or [None])
+    for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
+        last = i == len(runs) - 1
+        with oom_hint():
+            evaluation = evaluate_run(
+                run, asked, keep=True, json_path=json_path if last else None,
+                hyp_path=hyp_path if last else None, ensemble_with=runs[:-1] if last else (),
+                console=log, quiet=quiet,
+            )  # fmt: skip
+        if console is not None:
+            console.print(render_report(evaluation.report))
+    return report_json(evaluation.report)
+
+
+def show_runs(folder: Path | None, console: Console, as_json: bool = False) -> None:
+    """``tformer runs``: the runs under ``folder`` (default: runs/) as a table, or JSON."""
+    from tformer_cli.report.runs import show_runs as show
+
+    show(folder, console, as_json=as_json)
+
+
+def show_run(
+    run: Path | None, console: Console, log: Console, *, save: Path | None, x: str
+) -> None:
+    """``tformer show``: the settings and training curves of ``run`` (default: the newest) on
+    ``console``; ``save``: the curves as a picture (x axis ``x``: updates or time)."""
+    from tformer_cli.checkpoint import resolve_run
+    from tformer_cli.report.show import show_run as show
+
+    show(resolve_run(run), console, save=save, x=x, err=log)
+
+
+def compare_runs(
+    runs: Sequence[Path], console: Console, log: Console | None = None, *, beam: int = 5,
+    alpha: float | None = None, seed: int = 1234, keep: bool = False, save: Path | None = None,
+    x: str = "updates", as_json: bool = False, quiet: bool = False, **request: Any,
+) -> Comparison:  # fmt: skip
+    """``tformer compare``: the runs on the same data with paired significance tests against
+    the first, printed on ``console``; ``alpha``: default the first run's ``beam_alpha``;
+    ``keep``: each evaluation kept in its run. ``request``: the other fields of
+    ``EvalRequest`` (data, split, limit, device...)."""
+    from tformer_cli.api.run import length_penalty
+    from tformer_cli.report.compare import compare_runs as compare
+    from tformer_cli.report.evaluation import EvalConfig
+    from tformer_cli.report.request import EvalRequest
+
+    if runs:  # the first run's own unless given
+        alpha = length_penalty(alpha, runs[0])
+    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
+    asked = EvalRequest(config=cfg, **request)
+    return compare(
+        runs, console, asked, keep=keep, save=save, x=x, as_json=as_json, err=log, quiet=quiet
+    )
+
+
+def average_checkpoints(
+    run: Path | None, last: int, output: Path | None = None
+) -> tuple[list[Path], Path]:
+    """``tformer average``: the mean of the ``last`` newest checkpoints of ``run`` (default:
+    the newest) written to ``output`` (default: RUN/averaged.pt); (the checkpoints, the file)."""
+    from tformer_cli.checkpoint import average_run, resolve_run
+
+    return average_run(resolve_run(run), last, output)
+
+
+def export_run(run: Path | None, to: str, output: Path, quantization: str) -> tuple[Path, Path]:
+    """``tformer export``: ``run`` (default: the newest) as a CTranslate2 model (``to``
+    ctranslate2, weights in ``quantization``) or a Hugging Face Marian model (hf) in the new
+    folder ``output``; (the run's folder, what was written)."""
+    from tformer_cli.checkpoint import resolve_run
+
+    run_dir = resolve_run(run)
+    with interop_packages():
+        if to == "ctranslate2":
+            from tformer_cli.interop.ct2 import export_ctranslate2
+
+            return run_dir, export_ctranslate2(run_dir, output, quantization)
+        from tformer_cli.interop.hf import export_hf
+
+        return run_dir, export_hf(run_dir, output)
+
+
+def import_run(source: str, runs_dir: Path, name: str | None) -> Path:
+    """``tformer import``: a Hugging Face Marian model (``hf:NAME`` or a folder) as a run
+    under ``runs_dir`` (``name``: default the model's); its folder."""
+    with interop_packages():
+        from tformer_cli.interop.hf import import_marian
+
+        return import_marian(source, runs_dir, name)
+
+
+@dataclass(frozen=True)
+class TokenizerStats:
+    """One side of the valid split through a tokenizer."""
+
+    side: str
+    sentences: int
+    avg_tokens: float
+    unk_rate: float
+
+
+def train_tokenizer(
+    output: Path, *, data: str, src: str | None, tgt: str | None, vocab_size: int, kind: str
+) -> tuple[int, list[TokenizerStats]]:
+    """``tformer tokenizer train``: a shared source+target tokenizer trained on ``data`` as
+    ``tformer train`` samples it, written to ``output``; (its vocabulary size, the statistics
+    of each side of the valid split)."""
+    from tformer_cli.data.corpus import load_corpus, training_text
+    from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats
+    from tformer_cli.data.tokenizer import train_tokenizer as trained
+
+    corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
+    tok = trained(training_text(corpus["train"], TrainConfig().tokenizer_sample), vocab_size, kind)
+    save_tokenizer(tok, output)
+    stats = []
+    for side in ("src", "tgt"):
+        s = tokenizer_stats(tok, corpus["valid"][side])
+        stats.append(TokenizerStats(side, s.sentences, s.avg_tokens, s.unk_rate))
+    return tok.get_vocab_size(), stats
