@@ -27,7 +27,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.data_cache import CACHE_DIR, read_split
 from tformer_cli.data.split import Split
-from tformer_cli.data.tokenizer import PAD_ID, decode, encode
+from tformer_cli.data.tokenizer import EOS_ID, PAD_ID, decode, encode
 from tformer_cli.decode.translate import translate_ids
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.model import Transformer
@@ -238,6 +238,23 @@ def cached_train_split(runs: Path, before: set[Path]) -> Split:
     """The training split of the one encoded cache entry under ``runs`` not in ``before``."""
     (entry,) = set(runs.glob(f"{CACHE_DIR}/encoded-*")) - before
     return read_split(entry / "train.arrow")
+
+
+def test_the_api_scores_an_imports_targets_with_its_target_tokenizer(imported, toy_test):
+    """``Run.score`` and ``Run.attention(target=...)`` encode targets as the model was trained
+    to read them: by the target side's SentencePiece, which segments them differently here."""
+    import tformer_cli as tformer
+
+    run, loaded = tformer.load(imported, device="cpu"), load_run(imported, "cpu")
+    targets = toy_pairs("test", len(toy_test))[1][:8]
+    theirs, shared = encode(loaded.tgt_tokenizer, targets), encode(loaded.tokenizer, targets)
+    assert theirs != shared  # else the test could not tell them apart
+    scores = run.score(toy_test[:8], targets)
+    assert [s.tokens for s in scores] == [
+        [loaded.tokenizer.id_to_token(i) for i in [*ids, EOS_ID]] for ids in theirs
+    ]
+    maps = run.attention(toy_test[0], target=targets[0], align=False)
+    assert maps.maps.tgt_tokens == scores[0].tokens
 
 
 def test_train_init_from_fine_tunes_an_import_with_its_target_tokenizer(

@@ -144,6 +144,11 @@ class Run:
     def tokenizer(self) -> Tokenizer:
         return self.loaded[0].tokenizer
 
+    @property
+    def tgt_tokenizer(self) -> Tokenizer:
+        """What encodes targets: an imported model's target-side tokenizer, else ``tokenizer``."""
+        return self.loaded[0].tgt_tokenizer
+
     def __repr__(self) -> str:
         names = ", ".join(str(r.run_dir) for r in self.loaded)
         return f"Run({names}, device={self.loaded[0].device}, alpha={self.alpha:g})"
@@ -231,7 +236,7 @@ class Run:
         if len(src) != len(tgt):
             raise TformerError(f"targets: {len(tgt)} texts for {len(src)} sources")
         src_ids = encode(self.tokenizer, src)
-        tgt_ids = [[*t, EOS_ID] for t in encode(self.tokenizer, tgt)]
+        tgt_ids = [[*t, EOS_ID] for t in encode(self.tgt_tokenizer, tgt)]
         per_token = self._forced(src_ids, tgt_ids)
         return [
             Score(s, t, [self.tokenizer.id_to_token(i) for i in ids], lps)
@@ -275,7 +280,7 @@ class Run:
             best = self.translate(text, beam=beam)[0].nbest[0]
             targets = [self.tokenizer.token_to_id(p) for p in best.tokens]  # </s> included
         else:
-            targets = [*encode(self.tokenizer, as_texts(target, "target"))[0], EOS_ID]
+            targets = [*encode(self.tgt_tokenizer, as_texts(target, "target"))[0], EOS_ID]
         with inference(lead.device, lead.dtype):
             maps = inspect_pair(lead.model, self.tokenizer, text, src_ids, targets)
             score, note = None, ""
