@@ -63,7 +63,7 @@ def test_the_path_names_the_paper_s_parts_in_order():
     """config, model, loss, schedule, loop, step, reference search, fast search."""
     files = [path for path, _, _ in path_rows()]
     order = [
-        "config.py",
+        "config/model.py",
         "model/",
         "training/loss.py",
         "training/schedule.py",

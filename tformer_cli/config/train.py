@@ -1,4 +1,5 @@
-"""Frozen configuration dataclasses, serialised to the run's ``config.json``."""
+"""What ``tformer train`` needs besides the model's shape, its options (declared by the fields'
+metadata), and the shipped recipes."""
 
 from __future__ import annotations
 
@@ -7,72 +8,17 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_type_hints
+from typing import Any, get_type_hints
 
 from tformer_cli.compile import check_mode
+from tformer_cli.config.fields import from_dict, option
+from tformer_cli.config.model import ModelConfig
 from tformer_cli.errors import TformerError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-Positional = Literal["sinusoidal", "learned"]
-Norm = Literal["post", "pre"]
-Activation = Literal["relu", "silu"]
-ACTIVATIONS = ("relu", "silu")
-
-
-def option(help: str, name: str = "", *, path: bool = False, **bounds: Any) -> dict[str, Any]:
-    """The metadata of a field that ``tformer train`` sets with an option: its ``help``, its
-    name (default: the field's, as ``--name-with-dashes``), ``path``: a file or folder (a
-    ``Path``), ``bounds``: the ``min``/``max`` of its value (``TRAIN_OPTIONS``)."""
-    return {"option": name, "help": help, "path": path, "bounds": bounds}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
-
-    vocab_size: int
-    d_model: int = field(default=128, metadata=option("Model width d_model."))
-    h: int = field(default=4, metadata=option("Attention heads h.", "heads"))
-    d_ff: int = field(default=512, metadata=option("Inner width of the feed-forward layers."))
-    n_encoder_layers: int = field(
-        default=2, metadata=option("Encoder and decoder layers (each).", "layers")
-    )
-    # the same option as n_encoder_layers: --layers sets both stacks
-    n_decoder_layers: int = field(default=2, metadata={"option": "layers"})
-    dropout: float = field(default=0.2, metadata=option("Dropout on embeddings and sublayers."))
-    positional: Positional = field(default="sinusoidal", metadata=option("sinusoidal or learned."))
-    norm: Norm = field(
-        default="post", metadata=option("post: LayerNorm(x + f(x)) (paper), or pre.")
-    )
-    tie_embeddings: bool = field(
-        default=True, metadata=option("Tie embeddings and output layer.", "tie")
-    )
-    max_positions: int = 1024
-    activation: Activation = "relu"  # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
-    output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
-
-    def __post_init__(self) -> None:
-        sizes = {"d_model": "--d-model", "h": "--heads", "d_ff": "--d-ff",
-                 "n_encoder_layers": "--layers", "n_decoder_layers": "--layers"}  # fmt: skip
-        for name, option in sizes.items():
-            if getattr(self, name) < 1:
-                value = getattr(self, name)
-                raise TformerError(f"{name} ({option}) must be at least 1, not {value}")
-        if self.d_model % self.h:
-            raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
-        if not 0 <= self.dropout < 1:
-            raise TformerError(f"dropout must be in [0, 1), not {self.dropout}")
-        if self.activation not in ACTIVATIONS:
-            raise TformerError(f"unknown activation {self.activation!r}: use relu or silu")
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.h
-
 
 DECAYS = ("auto", "rsqrt", "linear", "cosine")
 MAX_VOCAB = 1_000_000  # subword types: past this, tokenizer training runs out of memory first
@@ -323,69 +269,7 @@ def train_options() -> dict[str, TrainOption]:
 TRAIN_OPTIONS = train_options()
 
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How the next token is drawn: ``p(y) ∝ p_model(y)^(1/temperature)``, then truncated to the
-    ``top_k`` most probable tokens, to the nucleus of mass ``top_p``, and to the tokens of
-    probability >= ``epsilon`` (each ``None``: no truncation). The top token always survives."""
-
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    epsilon: float | None = None
-
-    def __post_init__(self) -> None:
-        # past these, fp32 log-probabilities divided by T overflow (or T itself rounds to 0 or
-        # inf), and the draw is greedy or uniform already
-        if not 1e-4 <= self.temperature <= 1e4:
-            raise TformerError(f"temperature must be in [1e-4, 1e4], not {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise TformerError(f"top-k must be at least 1, not {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise TformerError(f"top-p must be in (0, 1], not {self.top_p}")
-        if self.epsilon is not None and not 0 <= self.epsilon < 1:
-            raise TformerError(f"epsilon must be in [0, 1), not {self.epsilon}")
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    """How translations are searched for. Length limits: ``</s>`` may end a translation once it
-    has ``min_len`` tokens; at most ``a * |src| + b`` tokens are generated, ``</s>`` included,
-    with ``|src|`` the source tokens plus its ``</s>``."""
-
-    beam: int = 1
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    nbest: int = 1
-    min_len: int = 0
-    sampling: SamplingConfig | None = None  # draw each token instead (nbest: samples per input)
-    seed: int = 0  # of the draws
-    mbr: int = 0  # > 0: minimum Bayes risk over this many candidates
-    mbr_from: str = "sample"  # where candidates come from: sample (``sampling``) or beam
-    mbr_utility: str = "chrf"  # or bleu
-
-    def __post_init__(self) -> None:
-        if self.sampling is not None and self.beam > 1:
-            raise TformerError("sampling draws one token at a time: give it no --beam")
-        if self.mbr < 0:
-            raise TformerError("--mbr must be 0 (off) or a number of candidates")
-        if self.mbr_from not in ("sample", "beam"):
-            raise TformerError(f"unknown --mbr-from {self.mbr_from!r}: use sample or beam")
-        if self.mbr_utility not in ("chrf", "bleu"):
-            raise TformerError(f"unknown --mbr-utility {self.mbr_utility!r}: use chrf or bleu")
-        for name in ("alpha", "max_len_a"):
-            if not math.isfinite(getattr(self, name)):
-                raise TformerError(f"{name} must be a finite number, not {getattr(self, name)}")
-        if self.beam < 1 or self.nbest < 1:
-            raise TformerError("beam and nbest must be at least 1")
-        for name in ("alpha", "max_len_a", "max_len_b", "min_len"):
-            if getattr(self, name) < 0:
-                option = "--" + name.replace("_", "-")
-                raise TformerError(f"{option} must not be negative, not {getattr(self, name)}")
-
-
-RECIPES = Path(__file__).parent / "recipes"
+RECIPES = Path(__file__).parent.parent / "recipes"
 
 
 def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
@@ -415,23 +299,3 @@ def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
     except TformerError as e:
         raise TformerError(f"{path}: {e}") from None
     return recipe
-
-
-C = TypeVar("C")
-
-
-def from_dict(cls: type[C], values: dict[str, Any]) -> C:
-    """Build a config dataclass, naming unknown keys instead of failing with a TypeError."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise TformerError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
-    for name, value in values.items():  # scalars: the type of the default (an int for a float)
-        default = fields[name].default
-        if default is dataclasses.MISSING or default is None:
-            continue
-        want = type(default)
-        ok = isinstance(value, want) or (want is float and isinstance(value, int))
-        if not ok or (isinstance(value, bool) and want is not bool):
-            raise TformerError(f"{name} must be of type {want.__name__}, not {value!r}")
-    return cls(**values)
