@@ -13,7 +13,7 @@ from tests.decode.test_step import assert_same_search, sources
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode import aot
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import BUILD_AFTER, DecodeStep
+from tformer_cli.decode.step import BUILD_AFTER, COMPILED_ROWS, DecodeStep
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
 
@@ -116,6 +116,26 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     step.cpu_step(1)
     step.cpu_step(2)
     assert asked == [False, True, False] and BUILD_AFTER > 6.0
+
+
+def test_auto_runs_the_compiled_step_for_few_rows_only(trained_model, monkeypatch):
+    """Past ``COMPILED_ROWS`` rows (sentences x beams) ``auto`` decodes eagerly, where the
+    compiled step measured slower, and that time does not count toward a build; ``on``
+    always runs the compiled step."""
+    compiled = object()
+    monkeypatch.setattr(DecodeStep, "cpu_step", lambda self, beams: compiled)
+    vocab = trained_model.cfg.vocab_size
+    few, many = sources(COMPILED_ROWS // 4, vocab, 26), sources(COMPILED_ROWS + 1, vocab, 27)
+    auto, on = DecodeStep(trained_model, "auto"), DecodeStep(trained_model, "on")
+    with torch.inference_mode():
+        auto.start(few, 4, 8)
+        assert auto.compiled_now is compiled and auto.timing
+        auto.start(few, 5, 8)  # 5 beams of 16 sentences: 80 rows
+        assert auto.compiled_now is None and not auto.timing
+        auto.start(many, 1, 8)
+        assert auto.compiled_now is None and not auto.timing
+        on.start(many, 1, 8)
+        assert on.compiled_now is compiled
 
 
 def test_without_a_cxx_compiler_the_step_runs_eagerly_with_a_notice(

@@ -11,8 +11,9 @@ of three ways (``--compile``):
 - on the CPU, compiled ahead of time (``aot``: one shared library per model and beam size, every
   length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one,
   or builds it once eager decoding has taken as long as a build (so a short job never pays
-  more than twice its eager time, a long one gains). With no C++ compiler, or int8 or bf16
-  weights, the step stays eager;
+  more than twice its eager time, a long one gains), and runs it for batches of at most
+  ``COMPILED_ROWS`` rows only. With no C++ compiler, or int8 or bf16 weights, the step stays
+  eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
   which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
   tens of seconds, so even one sentence pays for it (other devices: ``torch.compile`` if ``on``).
@@ -39,6 +40,9 @@ from tformer_cli.model import DecoderCache, Transformer
 # build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
 # time; so that a job pays at most about twice what the better choice would have cost.
 BUILD_AFTER = 60.0
+# Rows (sentences x beams) up to which ``auto`` runs the compiled CPU step: it beat the eager
+# step at 32 rows and lost at 160 and more (docs/speed.md), where the matrix kernels dominate.
+COMPILED_ROWS = 64
 
 
 def round_up(n: int, to: int) -> int:
@@ -102,6 +106,7 @@ class DecodeStep:
         self.aot: dict[int, aot.AotStep | None] = {}  # by beams: the compiled CPU step, None: eager
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
+        self.timing = False  # whether the current batch's eager steps count for ``auto``
         self.artifacts: dict[int, Path] = {}  # by beams: where its compiled step is kept
         compiled = device.type not in ("cpu", "cuda") and wanted(compile, auto=False)
         self.fn = (
@@ -141,7 +146,7 @@ class DecodeStep:
             if rows is not None:
                 cache.reorder(rows)
             return self.compiled_now(tokens, cache)
-        if self.cpu_mode == "auto":
+        if self.timing:
             start = time.perf_counter()
             out = self.fn(tokens, cache, rows)
             self.eager_seconds += time.perf_counter() - start
@@ -167,7 +172,10 @@ class DecodeStep:
         cache = self.model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
         if self.graphs:
             return self.pooled(cache)
-        self.compiled_now = self.cpu_step(beams) if self.cpu_mode else None
+        rows = padded.size(0) * beams
+        few = self.cpu_mode == "on" or rows <= COMPILED_ROWS
+        self.compiled_now = self.cpu_step(beams) if self.cpu_mode and few else None
+        self.timing = self.cpu_mode == "auto" and few  # eager time that a build would save
         if beams > 1 and self.fn == self.eager:  # eager or CPU-compiled beams: reorder by swapping
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
