@@ -13,7 +13,7 @@ from tests.decode.test_step import assert_same_search, sources
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode import aot
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import BUILD_AFTER, COMPILED_ROWS, DecodeStep
+from tformer_cli.decode.step import BUILD_AFTER, COMPILED_ROWS, LOAD_AFTER, DecodeStep
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
 
@@ -44,6 +44,7 @@ def test_a_kept_step_is_loaded_not_rebuilt_even_by_auto(trained_model, kept, mon
     monkeypatch.setattr(aot, "build", lambda *args: pytest.fail("rebuilt a kept step"))
     twin = copy.deepcopy(trained_model)  # same weights: same key
     src = sources(5, twin.cfg.vocab_size, seed=23)
+    DecodeStep.of(twin, "auto").eager_seconds = LOAD_AFTER  # past a short job's time
     compiled = search(twin, src, DecodeConfig(), compile="auto")
     assert DecodeStep.of(twin, "auto").compiled_now is not None
     assert_same_search(search(twin, src, DecodeConfig(), compile="off"), compiled, atol=1e-5)

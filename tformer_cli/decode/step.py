@@ -9,11 +9,11 @@ of three ways (``--compile``):
 
 - eager (``off``; and on the CPU, ``auto`` until the compiled step is built);
 - on the CPU, compiled ahead of time (``aot``: one shared library per model and beam size, every
-  length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one,
-  or builds it once eager decoding has taken as long as a build (so a short job never pays
-  more than twice its eager time, a long one gains), and runs it for batches of at most
-  ``COMPILED_ROWS`` rows only. With no C++ compiler, or int8 or bf16 weights, the step stays
-  eager;
+  length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one
+  after ``LOAD_AFTER`` seconds of eager decoding, or builds it once eager decoding has taken as
+  long as a build (so a short job never pays more than twice its eager time, a long one gains),
+  and runs it for batches of at most ``COMPILED_ROWS`` rows only. With no C++ compiler, or int8
+  or bf16 weights, the step stays eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
   which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
   tens of seconds, so even one sentence pays for it (other devices: ``torch.compile`` if ``on``).
@@ -40,6 +40,9 @@ from tformer_cli.model import DecoderCache, Transformer
 # build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
 # time; so that a job pays at most about twice what the better choice would have cost.
 BUILD_AFTER = 60.0
+# Seconds of eager decoding after which ``auto`` looks for a kept compiled step: loading one
+# imports Inductor first, seconds that a short job would not win back.
+LOAD_AFTER = 3.0
 # Rows (sentences x beams) up to which ``auto`` runs the compiled CPU step: it beat the eager
 # step at 32 rows and lost at 160 and more (docs/speed.md), where the matrix kernels dominate.
 COMPILED_ROWS = 64
@@ -186,6 +189,8 @@ class DecodeStep:
         eagerly."""
         if beams in self.aot:
             return self.aot[beams]
+        if self.cpu_mode == "auto" and self.eager_seconds < LOAD_AFTER:
+            return None  # too short a job so far to load even a kept step
         if not aot.supported(self.model):
             if self.cpu_mode == "on":
                 self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
