@@ -20,17 +20,9 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from tformer_cli.errors import TformerError
+from tformer_cli.config.fields import check_mode
 
-MODES = ("auto", "on", "off")
 R = TypeVar("R")
-
-
-def check_mode(mode: str) -> str:
-    """``mode`` if it is one of ``auto``, ``on``, ``off``; else a one-line error."""
-    if mode not in MODES:
-        raise TformerError(f"unknown --compile {mode!r}: use auto, on or off")
-    return mode
 
 
 def wanted(mode: str, auto: bool) -> bool:

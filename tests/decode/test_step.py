@@ -11,8 +11,8 @@ import weakref
 import pytest
 import torch
 
-from tformer_cli.compile import MODES
 from tformer_cli.config import DecodeConfig
+from tformer_cli.config.fields import MODES
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
 from tformer_cli.errors import TformerError

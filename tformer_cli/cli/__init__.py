@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 
 import typer
 
@@ -30,7 +31,13 @@ reflow_help(app, tokenizer_app)
 
 
 def main() -> None:
-    """Console-script entry point: the process-wide settings (``device.setup``), then the app."""
+    """Console-script entry point: the process-wide settings (``device.setup``), then the app.
+
+    Where the command names CTranslate2 (``--engine ctranslate2``), it is imported before torch:
+    imported after torch has run, its searches ran up to 2.5x slower (docs/interop.md)."""
+    if "ctranslate2" in sys.argv[1:]:
+        with contextlib.suppress(ImportError):
+            import ctranslate2  # noqa: F401
     from tformer_cli import setup
 
     with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that

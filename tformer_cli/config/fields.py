@@ -16,6 +16,16 @@ def option(help: str, name: str = "", *, path: bool = False, **bounds: Any) -> d
     return {"option": name, "help": help, "path": path, "bounds": bounds}
 
 
+MODES = ("auto", "on", "off")  # --compile
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of ``auto``, ``on``, ``off``; else a one-line error."""
+    if mode not in MODES:
+        raise TformerError(f"unknown --compile {mode!r}: use auto, on or off")
+    return mode
+
+
 C = TypeVar("C")
 
 

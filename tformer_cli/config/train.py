@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from tformer_cli.compile import check_mode
-from tformer_cli.config.fields import from_dict, option
+from tformer_cli.config.fields import check_mode, from_dict, option
 from tformer_cli.config.model import ModelConfig
 from tformer_cli.errors import TformerError
 
