@@ -297,11 +297,7 @@ class Worker:
 
 
 def ctranslate2_worker(
-    path: str,
-    threads: int,
-    compute_type: str,
-    env: dict[str, str],
-    conn: Connection,
+    path: str, threads: int, compute_type: str, env: dict[str, str], conn: Connection
 ) -> None:
     """Serve ``translate_batch`` calls from a process of its own (``env``: CTranslate2's
     settings, set before it loads).
@@ -310,27 +306,20 @@ def ctranslate2_worker(
     torch's 2-thread ops there were up to 3x slower (measured), so it runs apart. The pipe
     round trip it adds to each timed call is well under a millisecond.
     """
-    os.environ.update(env)
-    try:
-        import ctranslate2
 
-        translator = ctranslate2.Translator(
-            path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
-        )
-    except Exception as e:  # tell the benchmark why, rather than leave it waiting
-        conn.send(f"{type(e).__name__}: {e}")
-        return
-    conn.send("ready")
-    while True:
-        try:
-            tokens, beam, length = conn.recv()
-        except (EOFError, OSError):  # closed: this precision is measured, or the benchmark ended
-            return
-        results = translator.translate_batch(
-            tokens, beam_size=beam, max_batch_size=0, max_decoding_length=length,
-            min_decoding_length=length, return_scores=False,
-        )  # fmt: skip
-        conn.send([len(r.hypotheses[0]) for r in results])
+    def load() -> Callable[[list[list[str]], int, int], list[int]]:
+        translator = translator_of(path, threads, compute_type, env)
+
+        def run(tokens: list[list[str]], beam: int, length: int) -> list[int]:
+            results = translator.translate_batch(
+                tokens, beam_size=beam, max_batch_size=0, max_decoding_length=length,
+                min_decoding_length=length, return_scores=False,
+            )  # fmt: skip
+            return [len(r.hypotheses[0]) for r in results]
+
+        return run
+
+    serve_calls(conn, load)
 
 
 def engine_worker(
@@ -343,32 +332,54 @@ def engine_worker(
 ) -> None:
     """``ctranslate2_worker`` through tformer's engine: ``translate_sources`` of ids with a
     ``DecodeConfig`` (``min_len`` = the limit = ``length``), what ``--engine ctranslate2`` runs."""
-    os.environ.update(env)
-    try:
-        import ctranslate2
+
+    def load() -> Callable[[list[list[int]], int, int], list[int]]:
         from tokenizers import Tokenizer
         from tokenizers.models import WordLevel
 
         from tformer_cli.interop import engine
 
-        translator = ctranslate2.Translator(
-            path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
-        )
+        translator = translator_of(path, threads, compute_type, env)
         ids = {token: i for i, token in enumerate(vocab)}
         model = engine.Ct2Model(translator, vocab, ids, 1 << 16, Path(path))
         tokenizer = Tokenizer(WordLevel(ids, unk_token="<unk>"))
-    except Exception as e:  # tell the benchmark why, rather than leave it waiting
+
+        def run(sources: list[list[int]], beam: int, length: int) -> list[int]:
+            cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
+            out = engine.translate_sources(model, tokenizer, sources, cfg)
+            return [len(t.hypotheses[0].tokens) for _, t in out]
+
+        return run
+
+    serve_calls(conn, load)
+
+
+def translator_of(path: str, threads: int, compute_type: str, env: dict[str, str]) -> Any:
+    """CTranslate2's translator of ``path`` on the CPU, its settings ``env`` set first."""
+    os.environ.update(env)
+    import ctranslate2
+
+    return ctranslate2.Translator(
+        path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+    )
+
+
+def serve_calls(conn: Connection, load: Callable[[], Callable[[Any, int, int], list[int]]]) -> None:
+    """In a worker: ``load()`` (its failure told to the benchmark, rather than leave it
+    waiting), then answer each ``(inputs, beam, length)`` with the generated lengths until the
+    pipe closes (this precision is measured, or the benchmark ended)."""
+    try:
+        run = load()
+    except Exception as e:  # any failure is the reason to report
         conn.send(f"{type(e).__name__}: {e}")
         return
     conn.send("ready")
     while True:
         try:
-            sources, beam, length = conn.recv()
+            inputs, beam, length = conn.recv()
         except (EOFError, OSError):
             return
-        cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
-        out = engine.translate_sources(model, tokenizer, sources, cfg)
-        conn.send([len(t.hypotheses[0].tokens) for _, t in out])
+        conn.send(run(inputs, beam, length))
 
 
 # The matrix and attention kernels: what a leaner loop around them could not make faster.
