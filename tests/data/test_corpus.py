@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 import tformer_cli
 from tests.conftest import REPO, SHARED_DATA
-from tformer_cli.data import corpus
+from tformer_cli.data import corpus, text
 from tformer_cli.data.corpus import (
     corpus_fingerprint,
     load_corpus,
@@ -392,6 +393,41 @@ def test_carving_is_deterministic_disjoint_and_keeps_every_pair(tmp_path: Path) 
     assert splits["train"] == [p for p in numbered(200) if p in set(splits["train"])]  # in order
 
 
+def test_carving_draws_what_a_shuffled_list_drew(tmp_path: Path, monkeypatch) -> None:
+    """The carve is a pass over the text file with a label a pair; its draws are those of
+    ``random.Random(seed).shuffle`` on the list of row numbers, as before: the splits of runs
+    carved before it are the same."""
+    monkeypatch.setattr(text, "ROWS", 7)  # several batches to route
+    pairs = numbered(97)
+    order = list(range(97))
+    random.Random(5).shuffle(order)
+    valid, test = sorted(order[:9]), sorted(order[9:18])
+    ds = load_corpus(str(write_tsv(tmp_path / "train.tsv", pairs)), carve_size=9, seed=5)
+    assert pairs_of(ds, "valid") == [pairs[i] for i in valid]
+    assert pairs_of(ds, "test") == [pairs[i] for i in test]
+    assert pairs_of(ds, "train") == [p for i, p in enumerate(pairs) if i not in {*valid, *test}]
+
+
+def test_the_text_is_written_under_folder_and_read_from_there(tmp_path: Path) -> None:
+    path = write_tsv(tmp_path / "train.tsv", numbered(30))
+    ds = load_corpus(str(path), folder=tmp_path / "text")
+    for split in ds.values():
+        (cached,) = split.cache_files  # memory-mapped, not held in memory
+        assert Path(cached["filename"]).parent.parent == tmp_path / "text"
+
+
+def test_an_error_after_the_first_batch_names_its_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(text, "ROWS", 2)  # batches already written when line 6 is read
+    lines = [f"{s}\t{t}" for s, t in numbered(8)]
+    lines[5] = "no tab here"
+    path = write(tmp_path / "train.tsv", "\n".join(lines) + "\n")
+    assert error_of(str(path)) == f"{path}:6: expected source<TAB>target, found 0 tabs"
+    write(tmp_path / "a.de", "x\n" * 5 + "\n" + "x\n")
+    write(tmp_path / "a.en", "y\n" * 7)
+    message = error_of(src_file=tmp_path / "a.de", tgt_file=tmp_path / "a.en")
+    assert message == f"{tmp_path / 'a.de'}:6: empty source"
+
+
 @pytest.mark.parametrize(("n", "sizes"), [(25, [21, 2, 2]), (3, [1, 1, 1])])
 def test_carving_a_small_corpus_takes_a_tenth_and_keeps_train_nonempty(
     tmp_path: Path, n: int, sizes: list[int]
@@ -532,11 +568,21 @@ def test_absolute_data_makes_local_paths_absolute_and_keeps_names(tmp_path, monk
         assert absolute_data(kept) == kept
 
 
-def test_training_text_streams_sources_then_targets_or_a_bounded_even_sample(monkeypatch):
-    monkeypatch.setattr(corpus, "READ_ROWS", 3)  # several reads
-    train = datasets.Dataset.from_dict(
-        {"src": [f"s{i}" for i in range(10)], "tgt": [f"t{i}" for i in range(10)]}
-    )
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_training_text_streams_sources_then_targets_or_a_bounded_even_sample(
+    tmp_path, monkeypatch, where
+):
+    """From a split in memory (sliced through ``datasets``) and from a text file as
+    ``load_corpus`` writes it (read a batch at a time, not mapped), the same sentences."""
+    monkeypatch.setattr(text, "ROWS", 3)  # several reads
+    pairs = [(f"s{i}", f"t{i}") for i in range(10)]
+    if where == "file":
+        assert text.write_pairs(pairs, tmp_path / "train.arrow") == 10
+        train = datasets.Dataset.from_file(str(tmp_path / "train.arrow"))
+    else:
+        train = datasets.Dataset.from_dict(
+            {"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]}
+        )
     whole = [*train["src"], *train["tgt"]]
     assert list(training_text(train)) == whole  # what the tokenizer trained on before sampling
     assert list(training_text(train, 20)) == whole

@@ -13,7 +13,7 @@ from datasets import DatasetDict
 from rich.console import Console
 
 from tformer_cli.config import TrainConfig
-from tformer_cli.data import data_cache
+from tformer_cli.data import data_cache, text
 from tformer_cli.data.corpus import fingerprinted_corpus, load_corpus
 from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
 from tformer_cli.data.split import ArrowColumn
@@ -171,13 +171,14 @@ def test_a_corrupt_entry_is_a_one_line_error_naming_it(tmp_path, tiny_corpus):
 def test_encoding_writes_record_batches_that_read_back_as_the_whole(
     tmp_path, tiny_corpus, monkeypatch
 ):
+    monkeypatch.setattr(text, "ROWS", 7)  # the text is written, read and encoded 7 pairs at a time
     corpus = load_corpus(str(tiny_corpus))
     cache = DataCache(tmp_path, corpus)
     path, _ = cache.tokenizer("bpe", 60)
-    monkeypatch.setattr(data_cache, "ENCODE_ROWS", 7)
     splits, entry, _ = cache.encoded(path)
     reader = pa.ipc.open_file(pa.memory_map(str(entry / "train.arrow")))
-    assert reader.num_record_batches == -(-len(corpus["train"]) // 7) > 1
+    sizes = [reader.get_batch(k).num_rows for k in range(reader.num_record_batches)]
+    assert len(sizes) > 1 and max(sizes) <= 7 and sum(sizes) == len(corpus["train"])
     tok = load_tokenizer(path)
     assert splits["train"].src == encode(tok, corpus["train"]["src"])
     assert splits["train"].tgt == encode(tok, corpus["train"]["tgt"])

@@ -54,3 +54,30 @@ def test_a_memory_mapped_split_reads_rows_across_record_batches(tmp_path):
 def test_fits_positions_reads_the_lengths_of_a_memory_mapped_split(tmp_path):
     split = arrow_split(tmp_path, [[[4] * 3, [4] * 4], [[4] * 2]])
     assert fits_positions(split.src, split.tgt, max_positions=4) == [0, 2]
+
+
+def mapped_kb(path: Path) -> int:
+    """The kB of ``path`` that this process's memory holds (its maps' Rss, /proc/self/smaps)."""
+    kb, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isalnum() and "-" in line.split(" ", 1)[0]:  # a map's header line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            kb += int(line.split()[1])
+    return kb
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc")
+def test_reading_rows_leaves_no_page_of_their_token_ids_in_memory(tmp_path):
+    """Rows are read by pread, not through the map: after reading rows spread over the whole
+    file, the process holds only the offsets' pages (4 bytes a row a column), where reads
+    through the map would hold nearly every page of the token ids (30 tokens, 120 bytes a row
+    a column). The offsets are read by ``lengths``, as batching does."""
+    rows = [[7] * 30] * 20_000
+    split = arrow_split(tmp_path, [rows[i : i + 5000] for i in range(0, 20_000, 5000)])
+    path = tmp_path / "split.arrow"
+    lengths(split.src), lengths(split.tgt)
+    spread = np.random.default_rng(0).permutation(20_000)[:2000]
+    assert all(split.src[i] == [7] * 30 and split.tgt[i] == [7] * 30 for i in spread)
+    ids_kb = path.stat().st_size // 1024
+    assert mapped_kb(path) < ids_kb // 4, (mapped_kb(path), ids_kb)

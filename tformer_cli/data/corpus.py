@@ -20,6 +20,7 @@ problem is a one-line `TformerError` naming the file and 1-based line: nothing i
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
@@ -28,6 +29,7 @@ import os
 import random
 import shutil
 import tempfile
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
@@ -38,6 +40,7 @@ from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
 from tformer_cli.config import TrainConfig
+from tformer_cli.data.text import ROWS, read_batches, route, write_pairs
 from tformer_cli.errors import TformerError
 
 SPLITS = ("train", "valid", "test")
@@ -46,7 +49,7 @@ _REPO = Path(__file__).resolve().parents[2]  # the checkout holding tformer_cli/
 _REPO_TOY_DIR = _REPO / "data" / "toy"
 _FEATURES = Features({"src": Value("string"), "tgt": Value("string")})
 
-Pairs = tuple[list[str], list[str]]  # (sources, targets), aligned by index
+Pairs = Iterator[tuple[str, str]]  # (source, target) pairs, validated as they are read
 
 
 FILES = "files"  # the `data` of a run trained on --src-file/--tgt-file
@@ -65,9 +68,14 @@ def load_corpus(
     seed: int = 1234,
     carve_size: int = 1000,
     carve: bool = True,
+    folder: Path | None = None,
 ) -> DatasetDict:
     """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
-    ``carve=False``: only the splits the source holds, none carved out of train."""
+    ``carve=False``: only the splits the source holds, none carved out of train.
+
+    The text is read, validated and written ``text.ROWS`` pairs at a time to Arrow files in a
+    new folder under ``folder`` (default: the temporary folder; removed when the process
+    ends), which the splits memory-map: no split is held in memory."""
     files = dict(src_file=src_file, tgt_file=tgt_file, valid_src_file=valid_src_file,
                  valid_tgt_file=valid_tgt_file)  # fmt: skip
     located = locate_files(data, src_lang, tgt_lang, **files)
@@ -78,18 +86,36 @@ def load_corpus(
             splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
     else:
         splits = {name: reader(*paths) for name, (reader, paths) in located.items()}
-    carved = {name for name in SPLITS if name not in splits} if carve else set()
-    if carve:
-        splits = _carve(splits, seed, carve_size)
+    root = _text_folder(folder)
+    counts = {name: write_pairs(pairs, root / f"{name}.arrow") for name, pairs in splits.items()}
+    carved = {name for name in SPLITS if name not in counts} if carve else set()
+    if carved:
+        _carve(root, counts["train"], sorted(carved, key=SPLITS.index), seed, carve_size)
     return DatasetDict(
         {
-            name: Dataset.from_dict(
-                {"src": src, "tgt": tgt},
+            name: Dataset.from_file(
+                str(root / f"{name}.arrow"),
                 info=DatasetInfo(description=CARVED if name in carved else "", features=_FEATURES),
             )
-            for name, (src, tgt) in splits.items()
+            for name in SPLITS
+            if name in counts or name in carved
         }
     )
+
+
+def _text_folder(parent: Path | None) -> Path:
+    """A new folder for a corpus's text files, under ``parent`` (default: the temporary
+    folder), removed when the process ends (a mapped file stays readable once removed)."""
+    try:
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=".corpus-", dir=parent))
+    except OSError as e:
+        raise TformerError(
+            f"cannot write the corpus's text to {parent}: {e.strerror or e}"
+        ) from None
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 CARVED = "carved from train"  # the description of a split that the source did not hold
@@ -124,13 +150,13 @@ def locate_files(
 
 
 def fingerprinted_corpus(
-    data: str | Path, *, seed: int = 1234, **options: str | Path | None
+    data: str | Path, *, seed: int = 1234, folder: Path | None = None, **options: str | Path | None
 ) -> tuple[str, Callable[[], DatasetDict]]:
     """The corpus's fingerprint, and a loader of it (``load_corpus(data, seed=seed,
-    **options)``, loaded once). Local files are fingerprinted by a streamed hash of their
-    bytes, the split each makes and the seed that carves the missing splits: a corpus whose
+    folder=folder, **options)``, loaded once). Local files are fingerprinted by a streamed hash
+    of their bytes, the split each makes and the seed that carves the missing splits: a corpus whose
     tokenizer and encoding are cached is never read. An ``hf:`` corpus is loaded and hashed."""
-    load = functools.cache(lambda: load_corpus(data, seed=seed, **options))  # type: ignore[arg-type]
+    load = functools.cache(lambda: load_corpus(data, seed=seed, folder=folder, **options))  # type: ignore[arg-type]
     files = {k: options.get(k) for k in PARALLEL_FILES}
     located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
     if located is None:
@@ -219,29 +245,40 @@ def toy_corpus_dir() -> Path:
 
 
 def corpus_fingerprint(ds: DatasetDict) -> str:
-    """A short hash of the corpus content (split names and every pair), stable across runs."""
+    """A short hash of the corpus content (split names and every pair), stable across runs;
+    read a batch at a time."""
     h = hashlib.sha256()
     for name in sorted(ds):
-        columns = ds[name].select_columns(["src", "tgt"]).to_dict()  # batch read: fast
-        h.update(f"\x1d{name}\x1d{len(columns['src'])}".encode())
+        h.update(f"\x1d{name}\x1d{len(ds[name])}".encode())
         for column in ("src", "tgt"):
-            h.update(b"\x1d" + "\x1e".join(columns[column]).encode())
+            h.update(b"\x1d")
+            sep = b""  # between two texts
+            for texts in read_batches(ds[name], column):
+                if len(texts):
+                    h.update(sep + "\x1e".join(texts.to_pylist()).encode())
+                    sep = b"\x1e"
     return h.hexdigest()[:16]
 
 
-READ_ROWS = 10_000  # rows of a dataset read at a time
-
-
 def training_text(train: Dataset, sample: int = 0) -> Iterator[str]:
-    """The sentences a tokenizer trains on, streamed ``READ_ROWS`` rows at a time: every source,
-    then every target; with ``sample``, at most that many sentences, from ``sample // 2``
-    evenly spaced pairs (as SentencePiece's ``input_sentence_size`` bounds its input)."""
+    """The sentences a tokenizer trains on, streamed a batch at a time (``text.read_batches``):
+    every source, then every target; with ``sample``, at most that many sentences, from
+    ``sample // 2`` evenly spaced pairs (as SentencePiece's ``input_sentence_size`` bounds its
+    input)."""
     n = len(train)
+    rows = None
     if sample and 2 * n > sample:
-        train = train.select(np.linspace(0, n - 1, max(1, sample // 2)).astype(np.int64))
+        rows = np.linspace(0, n - 1, max(1, sample // 2)).astype(np.int64)
     for column in ("src", "tgt"):
-        for start in range(0, len(train), READ_ROWS):
-            yield from train[start : start + READ_ROWS][column]
+        start = 0
+        for texts in read_batches(train, column):
+            end = start + len(texts)
+            if rows is not None:
+                texts = texts.take(
+                    rows[np.searchsorted(rows, start) : np.searchsorted(rows, end)] - start
+                )
+            yield from texts.to_pylist()
+            start = end
 
 
 READ_BYTES = 1 << 20  # bytes of a text file read and decoded at a time
@@ -301,8 +338,6 @@ def _check_text(text: str | None, where: str, side: str) -> None:
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
     """Two files aligned by line number, read in step; a line count that differs is reported
     before an empty line (the first one is kept until both files are read)."""
-    src: list[str] = []
-    tgt: list[str] = []
     counts, empty = [0, 0], None
     for i, (s, t) in enumerate(zip_longest(_read_lines(src_path), _read_lines(tgt_path)), 1):
         counts = [counts[0] + (s is not None), counts[1] + (t is not None)]
@@ -313,13 +348,11 @@ def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
             _check_text(t, f"{tgt_path}:{i}", "target")
         except TformerError as e:
             empty = empty or e
-        src.append(s)
-        tgt.append(t)
+        yield s, t
     if counts[0] != counts[1]:
         raise TformerError(f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}")
     if empty is not None:
         raise empty
-    return src, tgt
 
 
 def _read_file_pair(src: str | Path | None, tgt: str | Path | None, options: str) -> Pairs:
@@ -337,7 +370,6 @@ def _file_pair(
 
 def _read_tsv(path: Path) -> Pairs:
     """`source<TAB>target` per line."""
-    src, tgt = [], []
     for i, line in enumerate(_read_lines(path), start=1):
         tabs = line.count("\t")
         if tabs != 1:
@@ -345,14 +377,11 @@ def _read_tsv(path: Path) -> Pairs:
         s, t = line.split("\t")
         _check_text(s, f"{path}:{i}", "source")
         _check_text(t, f"{path}:{i}", "target")
-        src.append(s)
-        tgt.append(t)
-    return src, tgt
+        yield s, t
 
 
 def _read_jsonl(path: Path) -> Pairs:
     """One JSON object `{"src": ..., "tgt": ...}` per line."""
-    src, tgt = [], []
     for i, line in enumerate(_read_lines(path), start=1):
         try:
             obj = json.loads(line)
@@ -362,9 +391,7 @@ def _read_jsonl(path: Path) -> Pairs:
             raise TformerError(f'{path}:{i}: expected an object {{"src": "...", "tgt": "..."}}')
         _check_text(obj["src"], f"{path}:{i}", "source")
         _check_text(obj["tgt"], f"{path}:{i}", "target")
-        src.append(obj["src"])
-        tgt.append(obj["tgt"])
-    return src, tgt
+        yield obj["src"], obj["tgt"]
 
 
 def _pick_splits(names: Iterable[str]) -> dict[str, str]:
@@ -438,18 +465,26 @@ def _load_hf(spec: str, src_lang: str | None, tgt_lang: str | None) -> dict[str,
     picked = _pick_splits(raw)
     if "train" not in picked:
         raise TformerError(f"hf:{spec}: no train split (found: {', '.join(sorted(raw))})")
-    splits = {}
-    for split, hf_split in picked.items():
-        ds, src_col, tgt_col = _hf_columns(raw[hf_split], f"hf:{spec}", src_lang, tgt_lang)
-        columns = ds.select_columns([src_col, tgt_col]).to_dict()
-        src, tgt = columns[src_col], columns[tgt_col]
-        if not src:
-            raise TformerError(f"hf:{spec}: the {hf_split} split is empty")
-        for i, (s, t) in enumerate(zip(src, tgt, strict=True), start=1):
-            _check_text(s, f"hf:{spec} {hf_split} row {i}", "source")
-            _check_text(t, f"hf:{spec} {hf_split} row {i}", "target")
-        splits[split] = (src, tgt)
-    return splits
+    return {
+        split: _hf_pairs(raw[hf_split], f"hf:{spec}", hf_split, src_lang, tgt_lang)
+        for split, hf_split in picked.items()
+    }
+
+
+def _hf_pairs(
+    ds: Dataset, label: str, split: str, src_lang: str | None, tgt_lang: str | None
+) -> Pairs:
+    """The pairs of a split of a ``datasets`` dataset, read and validated a batch at a time."""
+    ds, src_col, tgt_col = _hf_columns(ds, label, src_lang, tgt_lang)
+    if not len(ds):
+        raise TformerError(f"{label}: the {split} split is empty")
+    i = 0
+    for rows in ds.select_columns([src_col, tgt_col]).iter(batch_size=ROWS):
+        for s, t in zip(rows[src_col], rows[tgt_col], strict=True):
+            i += 1
+            _check_text(s, f"{label} {split} row {i}", "source")
+            _check_text(t, f"{label} {split} row {i}", "target")
+            yield s, t
 
 
 HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
@@ -494,31 +529,28 @@ def _hf_columns(
     )
 
 
-def _carve(splits: dict[str, Pairs], seed: int, carve_size: int) -> dict[str, Pairs]:
-    """Fill the missing valid/test splits with pairs drawn from train, deterministically.
+def _carve(root: Path, n: int, missing: Sequence[str], seed: int, carve_size: int) -> None:
+    """Fill the missing valid/test splits with pairs drawn from ``root/train.arrow`` (``n``
+    pairs), deterministically, rewriting the train file without them.
 
     Each missing split takes `carve_size` pairs, or a tenth of train when that is fewer (at least
-    one), chosen by a shuffle seeded with `seed`; the splits are disjoint, and train keeps the rest
-    in its original order.
+    one), chosen by a shuffle seeded with `seed`; the splits are disjoint, and every split keeps
+    train's order. In memory: the shuffled row numbers (8 bytes a pair) and a label a pair.
     """
-    missing = [name for name in SPLITS if name not in splits]
-    if not missing:
-        return {name: splits[name] for name in SPLITS}
     if carve_size < 1:
         raise TformerError(f"carve size must be at least 1, got {carve_size}")
-    src, tgt = splits["train"]
-    n = len(src)
     size = min(carve_size, max(1, n // 10))
     if n <= size * len(missing):
         raise TformerError(
             f"train has {n} pairs: too few to carve a {' and a '.join(missing)} split from it"
         )
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    carved = dict(splits)
-    for k, name in enumerate(missing):
-        rows = sorted(order[k * size : (k + 1) * size])
-        carved[name] = ([src[i] for i in rows], [tgt[i] for i in rows])
-    rows = sorted(order[len(missing) * size :])
-    carved["train"] = ([src[i] for i in rows], [tgt[i] for i in rows])
-    return {name: carved[name] for name in SPLITS}
+    order = array("q", range(n))
+    random.Random(seed).shuffle(order)  # type: ignore[arg-type]  # the draws of a list's shuffle
+    labels = np.zeros(n, dtype=np.uint8)  # 0: train, k: the k-th missing split
+    for k in range(len(missing)):
+        labels[np.frombuffer(order, dtype=np.int64)[k * size : (k + 1) * size]] = k + 1
+    del order
+    whole = root / "train.arrow"
+    rest = whole.rename(root / ".whole.arrow")
+    route(rest, labels, [whole, *(root / f"{name}.arrow" for name in missing)])
+    rest.unlink()

@@ -33,14 +33,14 @@ from tokenizers import Tokenizer
 
 from tformer_cli import __version__
 from tformer_cli.data.corpus import SPLITS, corpus_fingerprint, training_text
-from tformer_cli.data.split import ArrowColumn, Split
+from tformer_cli.data.split import ArrowColumn, MappedFile, Split
+from tformer_cli.data.text import read_batches
 from tformer_cli.data.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
 from tformer_cli.errors import TformerError
 
 CACHE_DIR = ".cache"  # under the runs folder
 FORMAT = 1  # bump when an entry's layout changes
 TOKENIZER = "tokenizer.json"
-ENCODE_ROWS = 20_000  # pairs encoded and written at a time: one record batch
 SCHEMA = pa.schema(
     [("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32())), ("ref", pa.string())]
 )
@@ -106,27 +106,33 @@ class DataCache:
         self, src_tok: Tokenizer, tgt_tok: Tokenizer, folder: Path, advance: Callable[[int], None]
     ) -> None:
         """Write every split, sources encoded by ``src_tok`` and targets by ``tgt_tok``, to
-        ``folder/<split>.arrow``, ``ENCODE_ROWS`` pairs (one record batch) at a time, calling
-        ``advance(rows)`` after each."""
+        ``folder/<split>.arrow``, a batch of the text (``text.read_batches``, one record batch)
+        at a time, calling ``advance(rows)`` after each."""
         for name in SPLITS:
             split = self.corpus[name]
             with pa.ipc.new_file(folder / f"{name}.arrow", SCHEMA) as writer:
-                for start in range(0, len(split), ENCODE_ROWS):
-                    rows = split[start : start + ENCODE_ROWS]
-                    ids = [encode(src_tok, rows["src"]), encode(tgt_tok, rows["tgt"]), rows["tgt"]]
+                for src, tgt in zip(
+                    read_batches(split, "src"), read_batches(split, "tgt"), strict=True
+                ):
+                    refs = tgt.to_pylist()
+                    ids = [encode(src_tok, src.to_pylist()), encode(tgt_tok, refs), refs]
                     writer.write_batch(pa.record_batch(ids, schema=SCHEMA))
-                    advance(len(rows["tgt"]))
+                    advance(len(refs))
 
 
 def read_split(path: Path) -> Split:
     """The split in the Arrow file ``path``, memory-mapped: its columns are views of the file
-    (``ArrowColumn``), so the pages are read as rows are, and shared by every process that maps
-    the file."""
+    (``ArrowColumn``) whose rows are read as they are used (``MappedFile``), from the page cache
+    that every process reading the file shares."""
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+        source = pa.memory_map(str(path))
+        file = MappedFile(path, source)
+        table = pa.ipc.open_file(source).read_all()
         if table.schema != SCHEMA:
             raise pa.ArrowInvalid(f"schema {table.schema} is not {SCHEMA}")
-        src, tgt, refs = (ArrowColumn(table.column(name).chunks) for name in SCHEMA.names)
+        src, tgt, refs = (
+            ArrowColumn(table.column(name).chunks, file=file) for name in SCHEMA.names
+        )
         return Split(src, tgt, refs)
     except (OSError, pa.ArrowInvalid) as e:
         raise TformerError(f"{path} is corrupt ({e}); delete {path.parent} to rebuild it") from None

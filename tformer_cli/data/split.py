@@ -2,15 +2,19 @@
 and the one rule for which pairs a model can read.
 
 A split read from the data cache holds no pair in memory: its columns are views of the Arrow
-file, memory-mapped (``ArrowColumn``), read a row at a time; N processes that map the same file
-share one copy in the page cache. In memory per pair: at most a row index (``take``) and the
-lengths that batching plans with (``lengths``).
+file, memory-mapped (``ArrowColumn``), whose token ids are read a row at a time
+(``MappedFile``); N processes that read the same file share one copy in the page cache. In
+memory per pair: at most a row index (``take``) and the lengths that batching plans with
+(``lengths``).
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -19,17 +23,44 @@ import pyarrow as pa
 T = TypeVar("T")
 
 
-class ArrowColumn(Sequence[T]):
-    """Rows of a column of Arrow arrays (the record batches of a memory-mapped file), through
-    an optional row index ``rows``: ``list[int]`` for a list<int32> column (token ids), ``str``
-    for a string column (references). Indexing reads the file; slicing and ``take`` make views."""
+class MappedFile:
+    """An Arrow file both mapped and open: its offsets are read through the map (4 bytes a row,
+    for the lengths), its token ids by ``os.pread``. A row read through the map would leave its
+    page, and by the kernel's fault-around up to 15 neighbours, in the process's memory for as
+    long as it runs; a row read by ``pread`` leaves nothing once used."""
 
-    def __init__(self, chunks: Sequence[pa.Array], rows: np.ndarray | None = None) -> None:
+    def __init__(self, path: Path, source: pa.MemoryMappedFile) -> None:
+        source.seek(0)
+        self.base = source.read_buffer(1).address  # where the map starts
+        source.seek(0)
+        self.fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)
+
+    def int32s(self, values: pa.Array, start: int, stop: int) -> list[int]:
+        """``values[start:stop]`` of an int32 array of the mapped file, read from the file."""
+        at = values.buffers()[1].address - self.base + 4 * (values.offset + start)
+        data = os.pread(self.fd, 4 * (stop - start), at)
+        return np.frombuffer(data, dtype=np.int32).tolist()  # type: ignore[no-any-return]
+
+
+class ArrowColumn(Sequence[T]):
+    """Rows of a column of Arrow arrays (the record batches of a memory-mapped ``file``, or in
+    memory), through an optional row index ``rows``: ``list[int]`` for a list<int32> column
+    (token ids), ``str`` for a string column (references). Indexing reads the file; slicing and
+    ``take`` make views."""
+
+    def __init__(
+        self,
+        chunks: Sequence[pa.Array],
+        rows: np.ndarray | None = None,
+        file: MappedFile | None = None,
+    ) -> None:
         self.chunks = list(chunks)
         sizes = [len(c) for c in self.chunks]
         self.starts = np.cumsum([0, *sizes])  # first row of each chunk, and the total
         self.rows = rows
-        self.flat: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.file = file
+        self.offsets: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
@@ -39,15 +70,17 @@ class ArrowColumn(Sequence[T]):
         chunk, i = self.chunks[k], row - int(self.starts[k])
         if not pa.types.is_list(chunk.type):
             return chunk[i].as_py()
-        offsets, values = self._flat(k)  # token ids: a slice of the flat values
-        return values[offsets[i] : offsets[i + 1]].tolist()  # type: ignore[no-any-return]
+        offsets = self._offsets(k)  # token ids: a slice of the flat values
+        start, stop = int(offsets[i]), int(offsets[i + 1])
+        if self.file is None:
+            return chunk.values.to_numpy()[start:stop].tolist()  # type: ignore[no-any-return]
+        return self.file.int32s(chunk.values, start, stop)  # type: ignore[return-value]
 
-    def _flat(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Chunk k's offsets and flat values as numpy views of the file (no copy)."""
-        if k not in self.flat:
-            chunk = self.chunks[k]
-            self.flat[k] = (chunk.offsets.to_numpy(), chunk.values.to_numpy())
-        return self.flat[k]
+    def _offsets(self, k: int) -> np.ndarray:
+        """Chunk k's offsets, a numpy view of the file (no copy)."""
+        if k not in self.offsets:
+            self.offsets[k] = self.chunks[k].offsets.to_numpy()
+        return self.offsets[k]
 
     @overload
     def __getitem__(self, i: int) -> T: ...
@@ -73,11 +106,13 @@ class ArrowColumn(Sequence[T]):
     def take(self, rows: Sequence[int] | np.ndarray) -> ArrowColumn[T]:
         """A view of the rows at ``rows``, in that order."""
         picked = np.asarray(rows, dtype=np.int64)
-        return ArrowColumn(self.chunks, picked if self.rows is None else self.rows[picked])
+        return ArrowColumn(
+            self.chunks, picked if self.rows is None else self.rows[picked], self.file
+        )
 
     def lengths(self) -> np.ndarray:
         """(n,) int32: each row's list length, from the offsets alone (no row is read)."""
-        each = [np.diff(self._flat(k)[0]) for k in range(len(self.chunks))]
+        each = [np.diff(self._offsets(k)) for k in range(len(self.chunks))]
         whole = np.concatenate(each or [np.zeros(0, np.int32)]).astype(np.int32)
         return whole if self.rows is None else whole[self.rows]
 

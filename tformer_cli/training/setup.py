@@ -4,6 +4,7 @@ folder, its place (device, DDP process group) and its data and tokenizer."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -208,49 +209,67 @@ def prepare(
     The run folder is created only once the corpus and the tokenizer are ready, so bad data or
     bad tokenizer settings leave nothing.
     """
-    fingerprint, load = fingerprinted_corpus(
-        cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
-        tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
-        valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed,
-    )  # fmt: skip
+    with text_folder(run_dir.parent / CACHE_DIR) as folder:
+        fingerprint, load = fingerprinted_corpus(
+            cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
+            tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
+            valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed, folder=folder,
+        )  # fmt: skip
 
-    def read() -> DatasetDict:  # on a cache miss alone
-        corpus = load()
-        console.log(f"read the corpus: {len(corpus['train'])} training pairs")
-        return corpus
+        def read() -> DatasetDict:  # on a cache miss alone
+            corpus = load()
+            console.log(f"read the corpus: {len(corpus['train'])} training pairs")
+            return corpus
 
-    cache = DataCache(run_dir.parent / CACHE_DIR, functools.cache(read), fingerprint)
-    tok_path = run_dir / "tokenizer.json"
-    if resume:
-        tok = load_tokenizer(tok_path)
-    elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
-        load_tokenizer(Path(cfg.tokenizer_file))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
-        tok = load_tokenizer(tok_path)
-        console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
-    else:
-        cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size, cfg.tokenizer_sample)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
-        tok = load_tokenizer(tok_path)
-        how = (
-            f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
-            if hit
-            else f"trained a {cfg.tokenizer_kind} tokenizer"
-        )
-        console.log(f"{how}: {tok.get_vocab_size()} types")
-    tgt_path = target_tokenizer(run_dir, cfg, resume, tok, console.log)
-    progress = make_progress("encode", console)
-    encoded, entry, hit = cache.encoded(tok_path, progress, tgt_path)
-    if hit:
-        n = sum(len(split.refs) for split in encoded.values())
-        console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
-    else:
-        console.log(f"tokenized data: cached at {entry}")
-    tgt_tok = load_tokenizer(tgt_path) if tgt_path is not None else tok
-    return tok, tgt_tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
-                          for name, split in encoded.items()}  # fmt: skip
+        cache = DataCache(run_dir.parent / CACHE_DIR, functools.cache(read), fingerprint)
+        tok_path = run_dir / "tokenizer.json"
+        if resume:
+            tok = load_tokenizer(tok_path)
+        elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
+            load_tokenizer(Path(cfg.tokenizer_file))
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
+            tok = load_tokenizer(tok_path)
+            console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
+        else:
+            cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size, cfg.tokenizer_sample)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
+            tok = load_tokenizer(tok_path)
+            how = (
+                f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
+                if hit
+                else f"trained a {cfg.tokenizer_kind} tokenizer"
+            )
+            console.log(f"{how}: {tok.get_vocab_size()} types")
+        tgt_path = target_tokenizer(run_dir, cfg, resume, tok, console.log)
+        progress = make_progress("encode", console)
+        encoded, entry, hit = cache.encoded(tok_path, progress, tgt_path)
+        if hit:
+            n = sum(len(split.refs) for split in encoded.values())
+            console.log(f"reusing cached tokenized data from {entry} ({n} pairs)")
+        else:
+            console.log(f"tokenized data: cached at {entry}")
+        tgt_tok = load_tokenizer(tgt_path) if tgt_path is not None else tok
+        return tok, tgt_tok, {name: kept_pairs(name, split, cfg.max_len, max_positions, console.log)
+                              for name, split in encoded.items()}  # fmt: skip
+
+
+@contextmanager
+def text_folder(cache_dir: Path) -> Iterator[Path]:
+    """A folder beside the data cache for the corpus's text while the cache is filled
+    (``load_corpus``'s ``folder``: on the runs' disk, not in a temporary folder that may be
+    memory), removed afterwards, with the cache and runs folders it made where they hold
+    nothing else."""
+    folder = cache_dir / f".text-{os.getpid()}"
+    made = [p for p in (cache_dir, cache_dir.parent) if not p.exists()]
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only where empty
 
 
 def target_tokenizer(

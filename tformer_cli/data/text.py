@@ -1,0 +1,73 @@
+"""A split's text on disk: an Arrow file of string columns ``src``/``tgt`` (the IPC stream
+format that ``datasets.Dataset.from_file`` memory-maps), written and read ``ROWS`` pairs at a
+time, so that neither side of a corpus's set-up holds the corpus in memory.
+
+Reading (``read_batches``) goes through the file, not its memory map: a pass over millions of
+pairs keeps one batch in memory, where a mapped file would keep every page it touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from datasets import Dataset
+from datasets.table import MemoryMappedTable
+
+ROWS = 10_000  # pairs a record batch holds: what is read, validated and written at a time
+SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
+
+
+def write_pairs(pairs: Iterable[tuple[str, str]], path: Path) -> int:
+    """Write ``pairs`` (source, target) to the Arrow file ``path``, ``ROWS`` at a time; returns
+    how many there were."""
+    n, pairs = 0, iter(pairs)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
+        while chunk := list(islice(pairs, ROWS)):
+            src, tgt = zip(*chunk, strict=True)
+            writer.write_batch(pa.record_batch([list(src), list(tgt)], schema=SCHEMA))
+            n += len(chunk)
+    return n
+
+
+def file_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    """The record batches of the Arrow file ``path``, read (not mapped) one at a time."""
+    with pa.OSFile(str(path)) as source:
+        yield from pa.ipc.open_stream(source)
+
+
+def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
+    """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, keeping their
+    order: one pass, a batch at a time."""
+    with ExitStack() as files:
+        writers = [
+            files.enter_context(
+                pa.ipc.new_stream(files.enter_context(pa.OSFile(str(out), "wb")), SCHEMA)
+            )
+            for out in outputs
+        ]
+        start = 0
+        for batch in file_batches(path):
+            label = labels[start : start + batch.num_rows]
+            for k, writer in enumerate(writers):
+                if (mask := label == k).any():
+                    writer.write_batch(batch.filter(pa.array(mask)))
+            start += batch.num_rows
+
+
+def read_batches(ds: Dataset, column: str) -> Iterator[pa.Array]:
+    """The ``column`` of ``ds``, ``ROWS``-ish rows at a time: from its Arrow file where ``ds`` is
+    that file as written (``load_corpus``'s splits), else sliced through ``datasets``."""
+    table = ds.data
+    files = ds.cache_files
+    whole = isinstance(table, MemoryMappedTable) and not table.replays and ds._indices is None
+    if whole and len(files) == 1:
+        for batch in file_batches(Path(files[0]["filename"])):
+            yield batch.column(column)
+        return
+    for start in range(0, len(ds), ROWS):
+        yield pa.array(ds[start : start + ROWS][column], pa.string())
