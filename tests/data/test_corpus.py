@@ -408,12 +408,18 @@ def test_carving_draws_what_a_shuffled_list_drew(tmp_path: Path, monkeypatch) ->
     assert pairs_of(ds, "train") == [p for i, p in enumerate(pairs) if i not in {*valid, *test}]
 
 
-def test_the_text_is_written_under_folder_and_read_from_there(tmp_path: Path) -> None:
+def test_the_text_is_written_under_folder_and_read_from_there(tmp_path, monkeypatch) -> None:
+    """Each split is one Arrow file under ``folder``, which a pass reads (not through the map:
+    ``text.read_batches``)."""
     path = write_tsv(tmp_path / "train.tsv", numbered(30))
     ds = load_corpus(str(path), folder=tmp_path / "text")
+    read = []
+    monkeypatch.setattr(text, "file_batches", lambda path: read.append(path) or iter([]))
     for split in ds.values():
-        (cached,) = split.cache_files  # memory-mapped, not held in memory
+        (cached,) = split.cache_files
         assert Path(cached["filename"]).parent.parent == tmp_path / "text"
+        assert list(text.read_batches(split, "src")) == []  # what the file gave
+    assert read == [Path(split.cache_files[0]["filename"]) for split in ds.values()]
 
 
 def test_an_error_after_the_first_batch_names_its_line(tmp_path: Path, monkeypatch) -> None:

@@ -62,10 +62,14 @@ def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
 def read_batches(ds: Dataset, column: str) -> Iterator[pa.Array]:
     """The ``column`` of ``ds``, ``ROWS``-ish rows at a time: from its Arrow file where ``ds`` is
     that file as written (``load_corpus``'s splits), else sliced through ``datasets``."""
-    table = ds.data
-    files = ds.cache_files
-    whole = isinstance(table, MemoryMappedTable) and not table.replays and ds._indices is None
-    if whole and len(files) == 1:
+    table, files = ds.data, ds.cache_files
+    as_written = (
+        isinstance(table, MemoryMappedTable)
+        and ds._indices is None
+        and all(op == "replace_schema_metadata" for op, *_ in table.replays)  # its features
+        and len(files) == 1
+    )
+    if as_written:
         for batch in file_batches(Path(files[0]["filename"])):
             yield batch.column(column)
         return
