@@ -312,10 +312,15 @@ def test_hf_language_code_columns_are_mapped(tmp_path: Path, hf_cache: None) -> 
     assert "columns: de, en" in error_of(f"hf:{folder}")
 
 
-def test_hf_empty_target_names_split_and_row(tmp_path: Path, hf_cache: None) -> None:
+def test_hf_empty_target_names_split_and_row(tmp_path: Path, hf_cache: None, monkeypatch) -> None:
     folder = tmp_path / "bad"
     write_jsonl(folder / "train.jsonl", [{"src": "a", "tgt": "b"}, {"src": "c", "tgt": " "}])
     assert error_of(f"hf:{folder}").endswith("train row 2: empty target")
+    monkeypatch.setattr(corpus, "ROWS", 2)  # read in batches of 2: the row counts on
+    rows = [{"src": f"s{i}", "tgt": f"t{i}"} for i in range(6)]
+    rows[4]["src"] = ""
+    write_jsonl(folder / "train.jsonl", rows)
+    assert error_of(f"hf:{folder}").endswith("train row 5: empty source")
 
 
 def test_hf_unloadable_dataset_is_a_one_line_error(tmp_path: Path, hf_cache: None) -> None:
