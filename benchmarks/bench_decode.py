@@ -55,7 +55,7 @@ from tformer_cli.config import DecodeConfig, ModelConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import DecodeStep, round_up
+from tformer_cli.decode.step import DecodeStep, round_up, search_threads
 from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup
 from tformer_cli.model import Transformer
 from tformer_cli.model.quantize import quantize_int8
@@ -125,7 +125,7 @@ def floor_run(model: Transformer, compile: str, dtype: torch.dtype | None) -> Ru
     at the search's rows (sentences x beams), without reordering, stopping rule or n-best."""
 
     def run(src: Tensor, beam: int, length: int) -> list[int]:
-        with inference(src.device, dtype):
+        with inference(src.device, dtype), search_threads(src.device, src.size(0) * beam):
             step = DecodeStep.of(model, compile)
             cache = step.start(src, beam, length)
             tokens = torch.full((cache.self_kv.size(2),), BOS_ID, device=src.device)

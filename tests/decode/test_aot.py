@@ -12,10 +12,12 @@ import torch
 from tests.decode.test_step import assert_same_search, sources
 from tformer_cli.config import DecodeConfig
 from tformer_cli.decode import aot
+from tformer_cli.decode import search as search_module
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import BUILD_AFTER, COMPILED_ROWS, LOAD_AFTER, DecodeStep
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
+threads = torch.get_num_threads
 
 
 @pytest.fixture
@@ -200,3 +202,50 @@ def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, mo
     compiled = search(trained_model, src, cfg, compile="on")
     assert DecodeStep.of(trained_model, "on").compiled_now is not None
     assert_same_search(eager, compiled, atol=1e-5)
+
+
+@pytest.fixture
+def restored_threads():
+    before = threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_search_of_one_row_runs_on_one_thread_and_gives_the_threads_back(
+    trained_model, monkeypatch, restored_threads
+):
+    """Greedy at batch 1 (and one sample) on one thread, beam 5 or two sentences on all;
+    the count is restored after, and after an error."""
+    seen = []
+    monkeypatch.setattr(search_module, "greedy_search", lambda *a: seen.append(threads()) or [])
+    monkeypatch.setattr(search_module, "beam_search", lambda *a: seen.append(threads()) or [])
+    torch.set_num_threads(2)
+    vocab = trained_model.cfg.vocab_size
+    one, two = sources(1, vocab, 30), sources(2, vocab, 31)
+    search(trained_model, one, DecodeConfig())
+    search(trained_model, one, DecodeConfig(sampling="sample", nbest=1))
+    search(trained_model, one, DecodeConfig(beam=5))
+    search(trained_model, two, DecodeConfig())
+    assert seen == [1, 1, 2, 2] and threads() == 2
+    monkeypatch.setattr(search_module, "greedy_search", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        search(trained_model, one, DecodeConfig())
+    assert threads() == 2
+
+
+def test_a_compiled_step_is_kept_per_thread_count(
+    trained_model, tmp_path, monkeypatch, restored_threads
+):
+    """Inductor's kernels fix their thread count: the step built for one thread is not the one
+    a search on two threads runs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    loaded = []
+    monkeypatch.setattr(
+        aot, "load", lambda path, m, e, b, build: loaded.append(path) or (object(), 0.0)
+    )
+    step = DecodeStep(trained_model, "on")
+    torch.set_num_threads(1)
+    one = step.cpu_step(1)
+    torch.set_num_threads(2)
+    two = step.cpu_step(1)
+    assert one is not two and len(set(loaded)) == 2 and step.cpu_step(1) is two

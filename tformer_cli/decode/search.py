@@ -13,7 +13,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
 from tformer_cli.decode.sampling import sample_next
-from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up
+from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up, search_threads
 from tformer_cli.model import Transformer
 
 DEFAULT = DecodeConfig()
@@ -381,13 +381,16 @@ def search(
 ) -> list[list[Hypothesis]]:
     """The n-best list of each sentence of src (B, S): greedy for ``beam == 1``, else beam
     search; with ``cfg.sampling``, ``cfg.nbest`` samples drawn with ``generator`` (default: one
-    seeded with ``cfg.seed``). ``model``: one model, or several as an ensemble (``ensemble``)."""
-    if cfg.sampling is not None:
-        if generator is None:
-            generator = torch.Generator(src.device).manual_seed(cfg.seed)
-        n = cfg.nbest  # each sentence n times: a row per sample
-        rows = greedy_search(model, src.repeat_interleave(n, 0), cfg, use_cache, compile, generator)
-        return [rows[i * n : (i + 1) * n] for i in range(src.size(0))]
-    if cfg.beam == 1:
-        return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
-    return beam_search(model, src, cfg, use_cache, compile)
+    seeded with ``cfg.seed``). ``model``: one model, or several as an ensemble (``ensemble``).
+    On the CPU a search of very few rows runs on one thread (``search_threads``)."""
+    n = cfg.nbest if cfg.sampling is not None else cfg.beam  # rows per sentence
+    with search_threads(src.device, src.size(0) * n):
+        if cfg.sampling is not None:
+            if generator is None:
+                generator = torch.Generator(src.device).manual_seed(cfg.seed)
+            src = src.repeat_interleave(n, 0)  # each sentence n times: a row per sample
+            rows = greedy_search(model, src, cfg, use_cache, compile, generator)
+            return [rows[i * n : (i + 1) * n] for i in range(src.size(0) // n)]
+        if cfg.beam == 1:
+            return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
+        return beam_search(model, src, cfg, use_cache, compile)

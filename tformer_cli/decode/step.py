@@ -24,7 +24,8 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,9 @@ LOAD_AFTER = 3.0
 # Rows (sentences x beams) up to which ``auto`` runs the compiled CPU step: it beat the eager
 # step at 32 rows and lost at 160 and more (docs/speed.md), where the matrix kernels dominate.
 COMPILED_ROWS = 64
+# Rows up to which a CPU search runs on one thread: at one row a second thread's share of the
+# work is smaller than what waiting for it costs; at five (beam 5) two threads win (docs/speed.md).
+ONE_THREAD_ROWS = 1
 
 
 def round_up(n: int, to: int) -> int:
@@ -80,6 +84,21 @@ GRAPHS = Buckets(rows=True, source=16, span=32)
 _STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, DecodeStep]] = weakref.WeakKeyDictionary()
 
 
+@contextmanager
+def search_threads(device: torch.device, rows: int) -> Iterator[None]:
+    """torch's CPU threads for a search of ``rows`` rows: one up to ``ONE_THREAD_ROWS`` (the
+    compiled step of one thread is its own artifact, ``aot.step_key``), else as they are."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or rows > ONE_THREAD_ROWS or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def uses_cuda_graphs(device: torch.device, compile: str) -> bool:
     """CUDA graphs on CUDA unless ``--compile off``; on other devices ``torch.compile`` decides
     (``on``), or nothing (``auto``, ``off``)."""
@@ -106,11 +125,12 @@ class DecodeStep:
         self.graphs = uses_cuda_graphs(device, compile)
         self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
         self.cpu_mode = compile if device.type == "cpu" and wanted(compile, auto=True) else None
-        self.aot: dict[int, aot.AotStep | None] = {}  # by beams: the compiled CPU step, None: eager
+        # by beams and threads (its kernels' own count): the compiled CPU step, None: eager
+        self.aot: dict[tuple[int, int], aot.AotStep | None] = {}
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
         self.timing = False  # whether the current batch's eager steps count for ``auto``
-        self.artifacts: dict[int, Path] = {}  # by beams: where its compiled step is kept
+        self.artifacts: dict[tuple[int, int], Path] = {}  # where each compiled step is kept
         compiled = device.type not in ("cpu", "cuda") and wanted(compile, auto=False)
         self.fn = (
             Compiled(self.eager, "decode step", self.on_notice, dynamic=False)
@@ -187,33 +207,34 @@ class DecodeStep:
         """The compiled CPU step for ``beams`` rows per sentence: kept in memory or on disk, or
         built now (``on``, or ``auto`` once eager decoding took a build's time); None to run
         eagerly."""
-        if beams in self.aot:
-            return self.aot[beams]
+        key = (beams, torch.get_num_threads())
+        if key in self.aot:
+            return self.aot[key]
         if self.cpu_mode == "auto" and self.eager_seconds < LOAD_AFTER:
             return None  # too short a job so far to load even a kept step
         if not aot.supported(self.model):
             if self.cpu_mode == "on":
                 self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
-            self.aot[beams] = None
+            self.aot[key] = None
             return None
         after = aot.build_seconds(self.model, beams) or BUILD_AFTER
         build = self.cpu_mode == "on" or self.eager_seconds >= after
         if build and aot.cxx_compiler() is None:
             self.on_notice("no C++ compiler found (g++ or $CXX): the decode step runs eagerly")
-            self.aot[beams] = None
+            self.aot[key] = None
             return None
         try:
-            path = self.artifacts.setdefault(beams, aot.artifact(self.model, beams))
+            path = self.artifacts.setdefault(key, aot.artifact(self.model, beams))
             step, seconds = aot.load(path, self.model, self.eager, beams, build)
         except Exception as e:  # export or Inductor errors: the eager step still works
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
-            self.aot[beams] = None
+            self.aot[key] = None
             return None
         if seconds:
             self.on_notice(f"compiled the decode step (beams {beams}) in {seconds:.1f} s")
         if step is not None:  # else: not kept yet and not worth building yet
-            self.aot[beams] = step
+            self.aot[key] = step
         return step
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
