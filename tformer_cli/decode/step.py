@@ -47,9 +47,10 @@ LOAD_AFTER = 3.0
 # Rows (sentences x beams) up to which ``auto`` runs the compiled CPU step: it beat the eager
 # step at 32 rows and lost at 160 and more (docs/speed.md), where the matrix kernels dominate.
 COMPILED_ROWS = 64
-# Rows up to which a CPU search runs on one thread: at one row a second thread's share of the
-# work is smaller than what waiting for it costs; at five (beam 5) two threads win (docs/speed.md).
-ONE_THREAD_ROWS = 1
+# Rows up to which a CPU search runs on one thread: at one or two rows the compiled step ran
+# faster on one thread than on two and the eager step as fast; at five (beam 5) and at eight,
+# two threads won (benchmarks/bench_threads.py, docs/speed.md).
+ONE_THREAD_ROWS = 2
 
 
 def round_up(n: int, to: int) -> int:
