@@ -20,6 +20,7 @@ from tests.conftest import REPO, SHARED_DATA
 from tformer_cli.data import corpus, text
 from tformer_cli.data.corpus import (
     corpus_fingerprint,
+    corpus_within,
     load_corpus,
     toy_corpus_dir,
     training_text,
@@ -425,6 +426,15 @@ def test_the_text_is_written_under_folder_and_read_from_there(tmp_path, monkeypa
         assert Path(cached["filename"]).parent.parent == tmp_path / "text"
         assert list(text.read_batches(split, "src")) == []  # what the file gave
     assert read == [Path(split.cache_files[0]["filename"]) for split in ds.values()]
+
+
+def test_corpus_within_removes_its_text_files_at_the_end_of_the_block(tmp_path: Path) -> None:
+    path = write_tsv(tmp_path / "train.tsv", numbered(30))
+    with corpus_within(str(path), carve_size=3) as ds:
+        files = [Path(split.cache_files[0]["filename"]) for split in ds.values()]
+        assert pairs_of(ds, "valid") == pairs_of(load_corpus(str(path), carve_size=3), "valid")
+        assert all(f.is_file() for f in files)
+    assert not any(f.exists() or f.parent.exists() for f in files)
 
 
 def test_an_error_after_the_first_batch_names_its_line(tmp_path: Path, monkeypatch) -> None:

@@ -140,15 +140,17 @@ def train_tokenizer(
     """``tformer tokenizer train``: a shared source+target tokenizer trained on ``data`` as
     ``tformer train`` samples it, written to ``output``; (its vocabulary size, the statistics
     of each side of the valid split)."""
-    from tformer_cli.data.corpus import load_corpus, training_text
+    from tformer_cli.data.corpus import corpus_within, training_text
     from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats
     from tformer_cli.data.tokenizer import train_tokenizer as trained
 
-    corpus = load_corpus(data, src_lang=src, tgt_lang=tgt)
-    tok = trained(training_text(corpus["train"], TrainConfig().tokenizer_sample), vocab_size, kind)
+    with corpus_within(data, src_lang=src, tgt_lang=tgt) as corpus:
+        sample = training_text(corpus["train"], TrainConfig().tokenizer_sample)
+        tok = trained(sample, vocab_size, kind)
+        valid = [tokenizer_stats(tok, corpus["valid"][side]) for side in ("src", "tgt")]
     save_tokenizer(tok, output)
-    stats = []
-    for side in ("src", "tgt"):
-        s = tokenizer_stats(tok, corpus["valid"][side])
-        stats.append(TokenizerStats(side, s.sentences, s.avg_tokens, s.unk_rate))
+    stats = [
+        TokenizerStats(side, s.sentences, s.avg_tokens, s.unk_rate)
+        for side, s in zip(("src", "tgt"), valid, strict=True)
+    ]
     return tok.get_vocab_size(), stats

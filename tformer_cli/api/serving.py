@@ -16,7 +16,7 @@ from tformer_cli.api.decoding import load_engine
 from tformer_cli.api.run import Run, load
 from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig
-from tformer_cli.data.corpus import PARALLEL_FILES, load_corpus
+from tformer_cli.data.corpus import PARALLEL_FILES, corpus_within
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.decode.streams import format_translations
 from tformer_cli.decode.translate import Batching, SourcesEngine, TextTranslation, translate_texts
@@ -56,13 +56,12 @@ def example_text(run: LoadedRun) -> str:
     if train.data.startswith("hf:"):
         return ""
     files = {name: getattr(train, name) for name in PARALLEL_FILES}
+    langs = {"src_lang": train.src_lang, "tgt_lang": train.tgt_lang}
     try:
-        corpus = load_corpus(
-            train.data, src_lang=train.src_lang, tgt_lang=train.tgt_lang, seed=train.seed, **files
-        )
+        with corpus_within(train.data, **langs, seed=train.seed, **files) as corpus:
+            return min(corpus["valid"]["src"][:100], key=len, default="")
     except (TformerError, OSError, ValueError):
         return ""
-    return min(corpus["valid"]["src"][:100], key=len, default="")
 
 
 def model_facts(run: LoadedRun) -> dict[str, Any]:

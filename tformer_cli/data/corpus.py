@@ -31,8 +31,10 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import zip_longest
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -101,6 +103,14 @@ def load_corpus(
             if name in counts or name in carved
         }
     )
+
+
+@contextmanager
+def corpus_within(data: str | Path = "toy", **options: Any) -> Iterator[DatasetDict]:
+    """``load_corpus(data, **options)`` for the span of a ``with`` block, its text files
+    removed at the end: for a one-off look at a corpus in a process that goes on."""
+    with tempfile.TemporaryDirectory(prefix="tformer-corpus-") as tmp:
+        yield load_corpus(data, folder=Path(tmp), **options)
 
 
 def _text_folder(parent: Path | None) -> Path:
