@@ -56,26 +56,31 @@ def package_modules(root: Path) -> dict[str, Path]:
 def imported_modules(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     """The package's modules that the file imports anywhere in its body, resolved: relative
     imports against ``name``, and ``from pkg import mod`` to the module when it is one."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
+    for target in imported_names(path, name, modules):
+        while target and target not in modules:  # `import a.b.c` where c is an attribute
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def imported_names(path: Path, name: str, modules: dict[str, Path]) -> list[str]:
+    """Every module of the package that the file names in an import, as written (relative ones
+    resolved); ``from tformer_cli import device`` names the module ``tformer_cli.device``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
-            targets = targets or [base]
-        else:
-            continue
-        for target in targets:
-            while target and target not in modules:  # `import a.b.c` where c is an attribute
-                target = target.rpartition(".")[0]
-            if target.startswith(PACKAGE) and target != name:
-                found.add(target)
-    return found
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+            found += subs or [base]
+    return [f for f in found if f == PACKAGE or f.startswith(PACKAGE + ".")]
 
 
 # The package itself re-exports the public API, imported on first use of a name (PEP 562
@@ -194,24 +199,6 @@ def test_the_command_line_imports_ctranslate2_before_torch_when_asked(engine, tm
 # name; the command line also itself and the server.
 FACE_ALLOWED = ("api", "config", "errors")
 FACE_OWN = {"cli": ("cli", "serve"), "serve": ("serve",)}
-
-
-def imported_names(path: Path, name: str, modules: dict[str, Path]) -> list[str]:
-    """Every module of the package that the file names in an import, as written (relative ones
-    resolved); ``from tformer_cli import device`` names the module ``tformer_cli.device``."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
-            found += subs or [base]
-    return [f for f in found if f == PACKAGE or f.startswith(PACKAGE + ".")]
 
 
 def face_violations(root: Path) -> list[str]:

@@ -8,7 +8,7 @@ buckets (``Buckets``) where each shape costs a graph. The same eager function th
 of three ways (``--compile``):
 
 - eager (``off``; and on the CPU, ``auto`` until the compiled step is built);
-- on the CPU, compiled ahead of time (``aot``: one shared library per model and beam size, every
+- on the CPU, compiled ahead of time (``aot``: a shared library per model, beams and threads, every
   length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one
   after ``LOAD_AFTER`` seconds of eager decoding, or builds it once eager decoding has taken as
   long as a build (so a short job never pays more than twice its eager time, a long one gains),
