@@ -99,6 +99,21 @@ def busy_cores(seconds: float = 0.5) -> float:
     return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
 
 
+def model_config(vocab: int = 8000) -> ModelConfig:
+    """The benchmark's model: 3+3 layers, d=256, 4 heads, FFN 1024, no dropout."""
+    return ModelConfig(
+        vocab_size=vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3,
+        dropout=0.0,
+    )  # fmt: skip
+
+
+def cpu_model_of(cfg: ModelConfig) -> Transformer:
+    """The benchmark's fp32 model on the CPU, random weights of seed 0, prepared as ``tformer
+    translate`` runs it."""
+    torch.manual_seed(0)
+    return for_inference(Transformer(cfg).eval(), torch.device("cpu"), None)
+
+
 def random_sources(n: int, vocab: int, seed: int) -> list[list[int]]:
     """n random sentences of 16-24 ordinary tokens, each followed by ``</s>``."""
     rng = random.Random(seed)
@@ -550,10 +565,7 @@ def main() -> None:
     device = torch.device(args.device)
     busy_before, started = busy_cores(), time.perf_counter()
 
-    cfg = ModelConfig(
-        vocab_size=args.vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=3,
-        n_decoder_layers=3, dropout=0.0,
-    )  # fmt: skip
+    cfg = model_config(args.vocab)
     workdir = tempfile.TemporaryDirectory()
     variants, versions, notes = build(args, cfg, device, threads, workdir.name)
     if args.ct2_env:

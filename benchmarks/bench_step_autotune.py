@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tformer_cli.checkpoint import for_inference
-from tformer_cli.config import DecodeConfig, ModelConfig
+from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.decode import aot
 from tformer_cli.decode.search import search
@@ -27,7 +26,7 @@ from tformer_cli.device import cpu_model, setup
 from tformer_cli.model import Transformer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_decode import random_sources
+from bench_decode import cpu_model_of, model_config, random_sources
 
 SETTINGS = ((1, 1), (1, 32), (1, 300), (5, 1), (5, 32))  # (beams, sentences)
 
@@ -54,12 +53,8 @@ def main() -> None:
     setup()
     print(f"# {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads,"
           f" {time.strftime('%Y-%m-%d')}; {args.length} tokens per sentence")  # fmt: skip
-    cfg = ModelConfig(
-        vocab_size=8000, d_model=256, h=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3,
-        dropout=0.0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = for_inference(Transformer(cfg).eval(), torch.device("cpu"), None)
+    cfg = model_config()
+    model = cpu_model_of(cfg)
     print("\n| max_autotune | beams | sentences | rows | compiled tok/s | eager tok/s | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     shipped = dict(aot.INDUCTOR)

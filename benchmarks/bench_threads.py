@@ -14,17 +14,21 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from tformer_cli.checkpoint import for_inference
-from tformer_cli.config import DecodeConfig, ModelConfig
+from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID
 from tformer_cli.decode import step
 from tformer_cli.decode.search import search
 from tformer_cli.device import cpu_model, setup
 from tformer_cli.model import Transformer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_decode import cpu_model_of, model_config
 
 
 def sources(n: int, vocab: int, seed: int) -> torch.Tensor:
@@ -53,10 +57,8 @@ def main() -> None:
     args = parser.parse_args()
     setup()
     step.ONE_THREAD_ROWS = 0  # the counts asked, not the rule's
-    cfg = ModelConfig(vocab_size=8000, d_model=256, h=4, d_ff=1024, n_encoder_layers=3,
-                      n_decoder_layers=3, dropout=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    model = for_inference(Transformer(cfg).eval(), torch.device("cpu"), None)  # as translate
+    cfg = model_config()
+    model = cpu_model_of(cfg)  # as translate runs it
     print(f"# CPU {cpu_model()}, torch {torch.__version__}, {time.strftime('%F')}")
     settings = [(rows, beam) for rows in args.rows for beam in (1, 5) if rows % beam == 0]
     times: dict[tuple, list[float]] = {}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.decode.test_step import assert_same_search, sources
-from tformer_cli.config import DecodeConfig
+from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.decode import aot
 from tformer_cli.decode import search as search_module
 from tformer_cli.decode.search import search
@@ -38,6 +38,28 @@ def test_compiled_step_gives_the_eager_tokens_and_scores(trained_model, kept):
     assert DecodeStep.of(trained_model, "on").compiled_now is not None  # it did not fall back
     assert_same_search(eager, compiled, atol=1e-5)
     assert aot.artifact(trained_model, 1).exists()
+
+
+@needs_cxx
+def test_the_one_beam_library_makes_greedy_choices_and_serves_sampling(
+    trained_model, kept, monkeypatch
+):
+    """Greedy's choice runs inside the library (``min_len`` banning ``</s>`` there too);
+    sampling reads the same library's log-probs and draws in Python: both as eager."""
+    fused = []
+    greedy = aot.AotStep.greedy
+    monkeypatch.setattr(aot.AotStep, "greedy", lambda *a: fused.append(1) or greedy(*a))
+    src = sources(4, trained_model.cfg.vocab_size, seed=29)
+    cfg = DecodeConfig(max_len_a=0, max_len_b=10, min_len=6)
+    eager = search(trained_model, src, cfg, compile="off")
+    assert all(len(h.tokens) >= 6 for n in eager for h in n)  # the ban mattered
+    assert_same_search(eager, search(trained_model, src, cfg, compile="on"), atol=1e-5)
+    assert len(fused) >= 6
+    sampling = DecodeConfig(sampling=SamplingConfig(top_k=5), nbest=2, max_len_b=8, min_len=2)
+    fused.clear()
+    eager = search(trained_model, src, sampling, compile="off")
+    assert_same_search(eager, search(trained_model, src, sampling, compile="on"), atol=1e-5)
+    assert not fused and DecodeStep.of(trained_model, "on").compiled_now is not None
 
 
 @needs_cxx

@@ -16,6 +16,7 @@ from tformer_cli.config.fields import MODES
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
 from tformer_cli.errors import TformerError
+from tformer_cli.model import attention
 from tformer_cli.model.quantize import quantize_int8
 
 
@@ -117,3 +118,13 @@ def test_cuda_graphs_give_the_eager_tokens_and_scores(trained_model, beam, dtype
             graphed = search(model, src, cfg, compile="auto")
         assert_same_search(eager, graphed, atol=1e-3 if dtype else 1e-4)
     assert DecodeStep.of(model, "auto").captured  # graphs were captured and replayed
+
+
+def test_a_search_of_many_rows_gives_the_fused_kernels_hypotheses(trained_model, monkeypatch):
+    """Beam search over more rows than ``EXPLICIT_ROWS`` attends through the explicit ops:
+    the same tokens as the fused kernel, scores within float tolerance."""
+    src = sources(16, trained_model.cfg.vocab_size, seed=5)  # 16 sentences x 4 beams = 64 rows
+    cfg = DecodeConfig(beam=4, nbest=2)
+    explicit = search(trained_model, src, cfg, compile="off")
+    monkeypatch.setattr(attention, "EXPLICIT_ROWS", 10**9)
+    assert_same_search(search(trained_model, src, cfg, compile="off"), explicit, atol=1e-5)

@@ -1,13 +1,15 @@
-"""The decode step compiled ahead of time for the CPU (AOTInductor): ``torch.export`` of the
-eager step, then a shared library that runs it with no Python between its kernels.
+"""The decode step compiled ahead of time for the CPU (AOTInductor): ``torch.export`` of the eager
+step, then a shared library that runs it with no Python between its kernels.
 
 One artifact serves a model for a number of beams per sentence: rows, source length, buffer
 length and the attended ``span`` are dynamic dimensions of it, so nothing is rebuilt as a
-translation grows or as finished sentences leave the batch. Artifacts are kept on disk in
-``cache_root()/steps`` (``~/.cache/tformer/steps``; ``rm -rf ~/.cache/tformer/steps`` removes
-them), named by a key of the weights' bytes, the torch version, the CPU's flags and the thread
-count (Inductor's kernels fix their thread count): new weights (a changed ``model.pt``) make a
-new key, so a stale artifact is never loaded, and only the first run of a model pays to build.
+translation grows or as finished sentences leave the batch; for one beam it also makes greedy
+decoding's choice and bookkeeping (``greedy.advance``), so that a greedy step is one call.
+Artifacts are kept on disk in ``cache_root()/steps`` (``~/.cache/tformer/steps``; ``rm -rf
+~/.cache/tformer/steps`` removes them), named by a key of the weights' bytes, the torch version,
+the CPU's flags and the thread count (Inductor's kernels fix their thread count): new weights (a
+changed ``model.pt``) make a new key, so a stale artifact is never loaded, and only the first
+run of a model pays to build.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from tformer_cli.compile import cache_root
+from tformer_cli.decode.greedy import advance, ban_eos
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
 Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
-FORMAT = 1  # bump when the exported step's inputs or outputs change
+FORMAT = 2  # bump when the exported step's inputs or outputs change
 BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
 # Inductor's options for the build: weights folded in as constants (freezing), and its own C++
 # matrix kernels where they beat the library's (max_autotune), the few-row GEMMs of a step
@@ -115,7 +118,11 @@ class _Layers(tuple):
 class StepModule(nn.Module):
     """The eager step ``eager`` of ``model`` as a module to export: tokens (R,) and the cache's
     tensors -> log-probs (R, V); the K, V buffers and ``pos`` are written in place. ``span`` is
-    a tensor whose only use is its length, the slots attended to: a dynamic dimension."""
+    a tensor whose only use is its length, the slots attended to: a dynamic dimension.
+
+    ``greedy``: the state of greedy decoding's rows (alive, logprob, steps, limits: (R,) each)
+    and ``min_len`` (0-dim), or () for a step of several beams. Given, the step also returns
+    ``advance``'s token, logprob, steps and alive after the argmax of the log-probs."""
 
     def __init__(self, model: Transformer, eager: Eager) -> None:
         super().__init__()
@@ -128,10 +135,24 @@ class StepModule(nn.Module):
         src_mask: Tensor,
         pos: Tensor,
         span: Tensor,
+        greedy: tuple[Tensor, ...],
         *self_kv: Tensor,
-    ) -> Tensor:
+    ) -> Tensor | tuple[Tensor, ...]:
         cache = DecoderCache(_Layers(self_kv), cross_kv, src_mask, pos, span.size(0))  # type: ignore[arg-type]
-        return self.eager(tokens, cache, None)
+        logp = self.eager(tokens, cache, None)  # (R, V); pos advanced: the t of y_t
+        if not greedy:
+            return logp
+        alive, logprob, steps, limits, min_len = greedy
+        best_logp, best = ban_eos(logp, pos <= min_len).max(dim=-1)  # (R,), (R,)
+        return logp, *advance(best, best_logp, alive, logprob, steps, limits, pos)
+
+
+def greedy_inputs(rows: int) -> tuple[Tensor, ...]:
+    """``StepModule``'s greedy state for ``rows`` rows, none alive: what a step of one beam is
+    given when its caller (sampling, an ensemble, the traced search) wants the log-probs only."""
+    alive = torch.zeros(rows, dtype=torch.bool)
+    steps = torch.zeros(rows, dtype=torch.long)
+    return alive, torch.zeros(rows), steps, steps, torch.zeros((), dtype=torch.long)
 
 
 def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.ExportedProgram:
@@ -144,12 +165,15 @@ def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.Ex
         src = torch.full((2, 3), 4)  # 2 sentences, 3 slots: sizes export keeps symbolic
         memory, src_mask = model.encode(src)
         cache = model.init_cache(memory, src_mask, 3, beams)
+    R = cache.self_kv.size(2)
+    greedy = greedy_inputs(R) if beams == 1 else ()
     args = (
-        torch.zeros(cache.self_kv.size(2), dtype=torch.long),
+        torch.zeros(R, dtype=torch.long),
         cache.cross_kv,
         src_mask,
         cache.pos,
         torch.empty(2),
+        greedy,
         *cache.self_kv.unbind(0),
     )
     dims = (
@@ -158,6 +182,7 @@ def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.Ex
         {0: sentences, 3: S},
         None,
         {0: span},
+        tuple({0: rows} for _ in greedy[:4]) + (None,) * len(greedy[4:]),  # min_len: 0-dim
         tuple({1: rows, 3: T} for _ in model.decoder),  # *self_kv, one input a layer
     )
     with torch.no_grad():
@@ -180,20 +205,37 @@ def build(model: Transformer, eager: Eager, beams: int, path: Path) -> None:
 
 class AotStep:
     """The compiled step of one model and number of beams: ``step(tokens, cache)`` -> log-probs
-    (R, V), the cache's buffers and ``pos`` advanced in place, as the eager step does."""
+    (R, V), the cache's buffers and ``pos`` advanced in place, as the eager step does; for one
+    beam, ``step.greedy(tokens, cache, state)`` -> log-probs and ``advance``'s new state."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, beams: int) -> None:
         self.loader = torch._inductor.aoti_load_package(str(path)).loader
         self.slots = torch.empty(0)  # sliced to the span: its length is the span
+        self.fuses_greedy = beams == 1
+        self.idle: tuple[Tensor, ...] = ()  # greedy_inputs for callers of the log-probs only
 
     def __call__(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        if not self.fuses_greedy:
+            return self.run(tokens, cache, ())[0]
+        if not self.idle or self.idle[0].numel() != tokens.numel():
+            self.idle = greedy_inputs(tokens.numel())
+        return self.run(tokens, cache, self.idle)[0]
+
+    def greedy(
+        self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
+    ) -> list[Tensor]:
+        """log-probs (R, V), then the token, logprob, steps and alive (R,) of ``advance``, from
+        ``state``: alive, logprob, steps, limits (R,) and min_len (0-dim)."""
+        return self.run(tokens, cache, state)
+
+    def run(self, tokens: Tensor, cache: DecoderCache, greedy: tuple[Tensor, ...]) -> list[Tensor]:
         if self.slots.numel() < cache.span:
             self.slots = torch.empty(cache.self_kv.size(4))
         span = self.slots[: cache.span]
         # the library reads its inputs with the export's (contiguous) strides: the search's
         # tokens are a column of its outputs; the cache's tensors are contiguous already
-        inputs = [tokens.contiguous(), cache.cross_kv, cache.src_mask, cache.pos, span]
-        return self.loader.boxed_run([*inputs, *cache.self_kv.unbind(0)])[0]
+        inputs = [tokens.contiguous(), cache.cross_kv, cache.src_mask, cache.pos, span, *greedy]
+        return self.loader.boxed_run([*inputs, *cache.self_kv.unbind(0)])
 
 
 def artifact(model: Transformer, beams: int) -> Path:
@@ -214,5 +256,5 @@ def load(
         build(model, eager, beams, path)
         seconds = time.perf_counter() - start
         record_build(model, beams, seconds)
-        return AotStep(path), seconds
-    return AotStep(path), 0.0
+        return AotStep(path, beams), seconds
+    return AotStep(path, beams), 0.0

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.greedy import advance
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
 from tformer_cli.decode.sampling import sample_next
 from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up, search_threads
@@ -82,6 +83,15 @@ class Rows:
             cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
             logps.append(step(y[:, t], cache, rows))
         return ensemble(logps)
+
+    def greedy(self, y: Tensor, t: int, state: tuple[Tensor, ...]) -> list[Tensor] | None:
+        """One model's compiled step with greedy's choice inside it (``DecodeStep.greedy``), for
+        ``greedy.advance``'s ``state``: log-probs and the new state; None otherwise."""
+        if len(self.steps) != 1:
+            return None
+        step, cache = self.steps[0], self.caches[0]
+        cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
+        return step.greedy(y[:, t], cache, state)
 
     def select(self, sentences: Tensor) -> None:
         """Keep ``sentences`` (into B', with repeats) and their rows, reordered as pending."""
@@ -217,16 +227,17 @@ def greedy_search(
     alive = torch.arange(R, device=device) < B
     row_of = torch.where(alive, torch.arange(R, device=device), B)  # input row; B: a copy
     done = (y.new_zeros((B + 1, T_max + 1)), logprob.new_zeros(B + 1), steps.new_zeros(B + 1))
-    count = LiveCount(device)
+    count, min_len = LiveCount(device), torch.tensor(cfg.min_len, device=device)
     for t in range(T_max):
-        logp = state.logprobs(y, t)  # (R, V)
-        if t < cfg.min_len:
-            logp.select(1, EOS_ID).fill_(float("-inf"))
-        best, best_logp = next_tokens(logp, cfg, generator)  # (R,), (R,)
-        logprob = torch.where(alive, logprob + best_logp, logprob)
-        y[:, t + 1] = torch.where(alive, best, PAD_ID)
-        steps = torch.where(alive, t + 1, steps)
-        alive = alive & (best != EOS_ID) & (limits > t + 1)
+        rows = (alive, logprob, steps, limits, min_len)
+        fused = None if cfg.sampling else state.greedy(y, t, rows)  # compiled: choice made
+        if fused is None:
+            logp = state.logprobs(y, t)  # (R, V)
+            if t < cfg.min_len:
+                logp.select(1, EOS_ID).fill_(float("-inf"))
+            best, best_logp = next_tokens(logp, cfg, generator)  # (R,), (R,)
+            fused = [logp, *advance(best, best_logp, alive, logprob, steps, limits, t + 1)]
+        _, y[:, t + 1], logprob, steps, alive = fused
         if (kept := survivors(alive, count, state.bucket)) is None:
             continue
         keep, repeat = kept  # (R',), (R',)

@@ -183,6 +183,16 @@ class DecodeStep:
             graph = self.captured[key] = _Graph(self.eager, tokens, cache, rows, self.mempool)
         return graph(tokens, rows)
 
+    def greedy(
+        self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
+    ) -> list[Tensor] | None:
+        """The compiled CPU step with greedy decoding's choice made inside it (``aot.AotStep``):
+        log-probs, then ``greedy.advance``'s token, logprob, steps and alive; None where the
+        step is not compiled for one beam, and the search makes the choice."""
+        if self.compiled_now is None or not self.compiled_now.fuses_greedy:
+            return None
+        return self.compiled_now.greedy(tokens, cache, state)
+
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
         """Encode src (B, S) and return an empty cache for ``beams`` rows per sentence and
         ``max_len`` tokens, its sentences, source length and slots rounded up to the buckets

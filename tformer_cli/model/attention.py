@@ -8,6 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# Query rows (sentences x beams) from which a CPU decoding step attends through the explicit ops:
+# below it the fused kernel is faster, above it the explicit ops (docs/speed.md); and the most
+# queries a row has in such a step (a sentence's beams in cross-attention).
+EXPLICIT_ROWS = 64
+DECODING_QUERIES = 16
+
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Additive mask hiding padded keys: 0 where a token is real, -inf where it is padding.
@@ -50,8 +56,9 @@ class MultiHeadAttention(nn.Module):
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
     from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
     Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); training on the CPU takes the explicit path too (``attend``);
-    otherwise the fused ``F.scaled_dot_product_attention`` kernel runs.
+    ``weights`` (B, h, T, S); training on the CPU and decoding many rows at once on the CPU take
+    the explicit path too (``attend``); otherwise the fused ``F.scaled_dot_product_attention``
+    kernel runs.
     """
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
@@ -118,11 +125,12 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1), (B, h, T, d_k): the
-        fused kernel, or the explicit ``attention`` where the weights are recorded or where
-        autograd runs on the CPU (``explicit_backward``)."""
+        fused kernel, or the explicit ``attention`` where the weights are recorded, where
+        autograd runs on the CPU (``explicit_backward``) or where many rows decode at once on
+        the CPU (``explicit_decoding``)."""
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
-        if not (self.record_weights or explicit_backward(q)):
+        if not (self.record_weights or explicit_backward(q) or explicit_decoding(q)):
             # is_causal lets the kernel skip the masked blocks instead of adding -inf
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if causal:  # the mask the fused kernel applies by itself (T == S)
@@ -136,6 +144,15 @@ def explicit_backward(q: Tensor) -> bool:
     """Whether autograd will run through this attention on the CPU, where the backward of the
     explicit ops runs faster than the fused kernel's."""
     return torch.is_grad_enabled() and q.device.type == "cpu"
+
+
+def explicit_decoding(q: Tensor) -> bool:
+    """Whether q (B, h, T, d_k) is a CPU decoding step of at least ``EXPLICIT_ROWS`` query rows
+    of a few queries each (T: 1, or the beams of a sentence in cross-attention), eager, where
+    two matrix products and a softmax beat the fused kernel's per-row blocking."""
+    B, _, T, _ = q.shape
+    eager = not (torch.is_grad_enabled() or torch.compiler.is_compiling())
+    return eager and q.device.type == "cpu" and T <= DECODING_QUERIES and B * T >= EXPLICIT_ROWS
 
 
 def write_cache(cache: Tensor, slots: Tensor | None, kv: Tensor) -> tuple[Tensor, Tensor]:
