@@ -91,14 +91,16 @@ class MultiHeadAttention(nn.Module):
         """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O from x (B, T, d): (B, T, d).
 
         Self-attention projects Q, K, V from x; with a ``cache``, the K, V buffer (2, B, h,
-        span, d_k), the new keys and values are written at ``slots`` (T,) and the queries
-        attend to every slot, ``mask`` (T, span) hiding those not yet filled (``write_cache``).
+        T_max, d_k), the new keys and values are written at ``slots`` (T,) and the queries
+        attend to its first ``span`` slots, ``mask`` (T, span) hiding those not yet filled
+        (``write_cache``).
         Cross-attention takes the memory's projected ``kv`` (2, B', h, S, d_k); B = n * B' rows
         (n beams per sentence) attend as extra query rows of their sentence (``fold_beams``).
         ``causal``: the square causal mask of a decoder pass from position 0.
         """
         B, T, _ = x.shape
-        q, k, v = self.project(x, kv, cache, slots)  # Q (B, h, T, d_k); K, V (B', h, S, d_k)
+        span = None if mask is None else mask.size(-1)  # the slots a cached step attends to
+        q, k, v = self.project(x, kv, cache, slots, span)  # Q (B, h, T, d_k); K, V (B', h, S, d_k)
         n = B // k.size(0)  # beams per sentence (1 unless cross-attention during beam search)
         heads = self.attend(fold_beams(q, n), k, v, mask, causal)  # (B', h, nT, d_k): eq. 1
         heads = unfold_beams(heads, n)  # (B, h, T, d_k)
@@ -107,7 +109,12 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(heads.transpose(1, 2).reshape(B, T, self.h * self.d_k))  # Concat W^O
 
     def project(
-        self, x: Tensor, kv: Tensor | None, cache: Tensor | None, slots: Tensor | None
+        self,
+        x: Tensor,
+        kv: Tensor | None,
+        cache: Tensor | None,
+        slots: Tensor | None,
+        span: int | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Q = x W^Q (B, h, T, d_k), heads split, and K, V (B', h, S, d_k): from x (self-attention,
         through the ``cache`` if given) or the memory's ``kv`` (cross-attention)."""
@@ -120,7 +127,7 @@ class MultiHeadAttention(nn.Module):
         # (B, T, 3d) -> (3, B, h, T, d_k): Q, K, V stacked, heads split
         if cache is None:
             return qkv.unbind(0)  # 3 x (B, h, T, d_k)
-        k, v = write_cache(cache, slots, qkv[1:])  # (B, h, span, d_k)
+        k, v = write_cache(cache, slots, qkv[1:], span)  # (B, h, span, d_k)
         return qkv[0], k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
@@ -155,12 +162,17 @@ def explicit_decoding(q: Tensor) -> bool:
     return eager and q.device.type == "cpu" and T <= DECODING_QUERIES and B * T >= EXPLICIT_ROWS
 
 
-def write_cache(cache: Tensor, slots: Tensor | None, kv: Tensor) -> tuple[Tensor, Tensor]:
+def write_cache(
+    cache: Tensor, slots: Tensor | None, kv: Tensor, span: int | None
+) -> tuple[Tensor, Tensor]:
     """K_{1..t} = [K_{1..t-1}; K_t]: the new keys and values ``kv`` (2, B, h, T, d_k) written in
-    place at ``slots`` (T,) of the buffer ``cache`` (2, B, h, span, d_k); returns its K and V."""
-    assert slots is not None, "a cache write needs its slots"
-    cache.index_copy_(3, slots, kv)
-    return cache.unbind(0)  # (B, h, span, d_k) each
+    place at ``slots`` (T,) of the buffer ``cache`` (2, B, h, T_max, d_k); returns the K and V
+    of its first ``span`` slots. Written into the whole buffer, not into a view of it: the
+    compiled step then writes in place rather than copying the buffer each step."""
+    assert slots is not None and span is not None, "a cache write needs its slots and span"
+    cache[:, :, :, slots] = kv  # (2, B, h, T, d_k) at slots
+
+    return cache.narrow(3, 0, span).unbind(0)  # (B, h, span, d_k) each
 
 
 def fold_beams(q: Tensor, n: int) -> Tensor:

@@ -141,9 +141,8 @@ class Transformer(nn.Module):
             )
             for layer, self_kv, cross_kv in zip(
                 self.decoder, cache.self_kv.unbind(0), cache.cross_kv.unbind(0), strict=True
-            ):
-                kv = self_kv.narrow(3, 0, cache.span)  # (2, B, h, span, d_k)
-                x = layer(x, tgt_mask, cross_kv, cache.src_mask, kv, slots)
+            ):  # self_kv (2, B, h, T_max, d_k), attended over its first span slots (tgt_mask)
+                x = layer(x, tgt_mask, cross_kv, cache.src_mask, self_kv, slots)
             cache.pos += T  # in place: a replayed step advances it too
         x = self.decoder_norm(x)
         if at is not None:
