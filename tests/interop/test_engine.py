@@ -8,18 +8,27 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import skip_without
+from tformer_cli.errors import TformerError
+
+try:
+    import ctranslate2  # noqa: F401 (tformer_cli.interop.engine's)
+    from fastapi.testclient import TestClient
+
+    from tformer_cli.serve import create_app
+except (ModuleNotFoundError, TformerError) as missing:  # serve's error names its extra
+    skip_without("dev,serve", missing)
+
 import torch
-from fastapi.testclient import TestClient
 
 from tests.interop.conftest import cli
 from tformer_cli.checkpoint import atomic_torch_save, load_run
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.decode.translate import translate_sources
-from tformer_cli.errors import TformerError
 from tformer_cli.interop import engine
 from tformer_cli.interop.ct2 import CACHE
-from tformer_cli.serve import create_app
 
 
 @pytest.fixture(scope="module")
