@@ -6,6 +6,7 @@ tests run in seconds on two CPU cores.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,6 +25,13 @@ FIRST_WORD_ID = 4  # ids 0..3 are <pad> <unk> <s> </s>
 
 # A copy task over ten words: the target is the source reversed.
 WORDS = ["red", "blue", "green", "cat", "dog", "bird", "one", "two", "big", "small"]
+
+
+def checkout_first_env(**extra: str) -> dict[str, str]:
+    """This process's environment and ``extra``, with this checkout first on PYTHONPATH and
+    what the PYTHONPATH had after it (a package found only there still imports in a child)."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 def skip_without(extras: str, missing: Exception) -> NoReturn:
