@@ -365,9 +365,8 @@ def test_trace_answers_the_json_of_translate_trace(client, run_dir, tmp_path):
     answer = client.post("/trace", json=body)
     assert answer.status_code == 200, answer.text
     path = tmp_path / "trace.json"
-    result = CliRunner().invoke(
-        cli_app, ["translate", "-m", str(run_dir), "-k", "3", "--trace", str(path), body["text"]]
-    )
+    args = ["translate", "-m", str(run_dir), "-k", "3", "--device", "cpu", "--trace", str(path)]
+    result = CliRunner().invoke(cli_app, [*args, body["text"]])  # on the CPU, as the server
     assert result.exit_code == 0, result.output
     wanted = json.loads(path.read_text(encoding="utf-8"))
     got = answer.json()

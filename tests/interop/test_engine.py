@@ -117,7 +117,8 @@ def test_translate_greedy_equals_the_torch_engine_on_the_command_line(ct2_run, t
     source.write_text("\n".join([*toy_test[:20], ""]) + "\n")
     outputs = {}
     for name in ("torch", "ctranslate2"):
-        result = cli("translate", "-m", ct2_run, "--greedy", "-f", source, "--engine", name)
+        result = cli("translate", "-m", ct2_run, "--greedy", "-f", source, "--device", "cpu",
+                     "--engine", name)  # fmt: skip
         assert result.exit_code == 0, result.output
         outputs[name] = result.stdout
     assert outputs["torch"] == outputs["ctranslate2"] and len(outputs["torch"].splitlines()) == 21
