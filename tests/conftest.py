@@ -6,9 +6,10 @@ tests run in seconds on two CPU cores.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import torch
@@ -24,6 +25,20 @@ FIRST_WORD_ID = 4  # ids 0..3 are <pad> <unk> <s> </s>
 
 # A copy task over ten words: the target is the source reversed.
 WORDS = ["red", "blue", "green", "cat", "dog", "bird", "one", "two", "big", "small"]
+
+
+def checkout_first_env(**extra: str) -> dict[str, str]:
+    """This process's environment and ``extra``, with this checkout first on PYTHONPATH and
+    what the PYTHONPATH had after it (a package found only there still imports in a child)."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **extra, "PYTHONPATH": path}
+
+
+def skip_without(extras: str, missing: Exception) -> NoReturn:
+    """Skip the test module being collected: a package of tformer's optional ``extras`` (such as
+    ``"dev,serve"``) is not installed, as ``missing`` (an import's error) says."""
+    reason = f"needs tformer's optional packages (pip install -e '.[{extras}]'): {missing}"
+    pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(autouse=True)

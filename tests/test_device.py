@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import checkout_first_env
 from tformer_cli import device
 from tformer_cli.device import (
     busy_cores,
@@ -288,7 +288,7 @@ def test_setup_threads_changes_nothing_until_setup_is_called(monkeypatch):
 def test_the_command_line_reports_an_unreadable_tformer_threads_where_it_did(tmp_path, make_run):
     """``setup()`` at the entry point: --version still works; loading a run says why not."""
     run_dir, _ = make_run(tmp_path / "run")
-    env = {**os.environ, "TFORMER_THREADS": "many", "PYTHONPATH": str(REPO)}
+    env = checkout_first_env(TFORMER_THREADS="many")
 
     def tformer(*args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "tformer_cli", *args]

@@ -13,14 +13,13 @@ alone: the package, ``api``, and the plain types of ``config`` and ``errors``.
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, checkout_first_env
 
 PACKAGE = "tformer_cli"
 
@@ -173,7 +172,7 @@ def test_importing_the_package_imports_no_torch_and_sets_nothing():
         "assert 'torch' not in sys.modules and dict(os.environ) == before; "
         "assert callable(t.load) and 'torch' in sys.modules; print('ok')"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = checkout_first_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
 
@@ -190,7 +189,7 @@ def test_the_command_line_imports_ctranslate2_before_torch_when_asked(engine, tm
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "names = list(sys.modules); print(names.index('ctranslate2') < names.index('torch'))"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = checkout_first_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1:] == ["True"], out.stdout + out.stderr[-2000:]
 

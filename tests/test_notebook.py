@@ -5,7 +5,6 @@ match). ``python -m tests.test_notebook NOTEBOOK`` re-executes a notebook in pla
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import tempfile
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, checkout_first_env
 
 nbformat = pytest.importorskip("nbformat") if __name__ != "__main__" else __import__("nbformat")
 
@@ -26,7 +25,7 @@ def execute(nb: Any, folder: Path, timeout: int = 1800) -> Any:
     its ``runs/`` go), this checkout first on its path; returns ``nb``."""
     from nbclient import NotebookClient
 
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = checkout_first_env()
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
     )

@@ -17,12 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import skip_without
+from tformer_cli.errors import TformerError
+
+try:
+    from fastapi.testclient import TestClient
+
+    from tformer_cli import serve
+    from tformer_cli.serve import Limits, create_app
+except (ModuleNotFoundError, TformerError) as missing:  # serve's error names its extra
+    skip_without("serve", missing)
+
 import torch
-from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from tests.conftest import WORDS, reversal_pairs, tiny_config
-from tformer_cli import serve
 from tformer_cli.checkpoint import LoadedRun, RunConfig, atomic_torch_save, load_run
 from tformer_cli.cli import app as cli_app
 from tformer_cli.config import DecodeConfig, TrainConfig
@@ -31,7 +41,6 @@ from tformer_cli.data.tokenizer import PAD_ID, encode, save_tokenizer, train_tok
 from tformer_cli.decode.streams import format_translations
 from tformer_cli.decode.translate import translate_texts
 from tformer_cli.model import Transformer
-from tformer_cli.serve import Limits, create_app
 
 LIMITS = Limits(max_chars=300, max_texts=8, max_body=4096, max_beam=6, timeout=10.0)
 
@@ -356,9 +365,8 @@ def test_trace_answers_the_json_of_translate_trace(client, run_dir, tmp_path):
     answer = client.post("/trace", json=body)
     assert answer.status_code == 200, answer.text
     path = tmp_path / "trace.json"
-    result = CliRunner().invoke(
-        cli_app, ["translate", "-m", str(run_dir), "-k", "3", "--trace", str(path), body["text"]]
-    )
+    args = ["translate", "-m", str(run_dir), "-k", "3", "--device", "cpu", "--trace", str(path)]
+    result = CliRunner().invoke(cli_app, [*args, body["text"]])  # on the CPU, as the server
     assert result.exit_code == 0, result.output
     wanted = json.loads(path.read_text(encoding="utf-8"))
     got = answer.json()

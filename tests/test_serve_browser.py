@@ -19,10 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
-from playwright.sync_api import Page, sync_playwright
 
-from tests.conftest import REPO
+from tests.conftest import REPO, skip_without
+
+try:
+    import uvicorn
+    from playwright.sync_api import Page, sync_playwright
+except ModuleNotFoundError as missing:
+    skip_without("dev,serve", missing)
+
 from tests.test_serve import shared_run
 from tformer_cli.checkpoint import LoadedRun, load_run
 from tformer_cli.config import DecodeConfig

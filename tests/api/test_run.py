@@ -25,7 +25,8 @@ def run_dir(tmp_path, make_run) -> Path:
 
 
 def cli_lines(*args: str) -> list[str]:
-    result = runner.invoke(app, ["translate", *args])
+    """``tformer translate ARGS``'s output lines, on the CPU as the API calls here load."""
+    result = runner.invoke(app, ["translate", "--device", "cpu", *args])
     assert result.exit_code == 0, result.output
     return result.stdout.splitlines()
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ctranslate2
 import pytest
+
+from tests.conftest import skip_without
+
+try:
+    import ctranslate2
+except ModuleNotFoundError as missing:
+    skip_without("dev", missing)
+
 import torch
 
 from tests.interop.conftest import assert_one_line_error, cli, search_limit

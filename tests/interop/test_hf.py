@@ -10,16 +10,23 @@ import shutil
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
+
+from tests.conftest import skip_without
+
+try:
+    import sentencepiece as spm
+    from transformers import (
+        AutoModelForSeq2SeqLM,
+        AutoTokenizer,
+        GenerationConfig,
+        MarianConfig,
+        MarianMTModel,
+        MarianTokenizer,
+    )
+except ModuleNotFoundError as missing:
+    skip_without("dev", missing)
+
 import torch
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    GenerationConfig,
-    MarianConfig,
-    MarianMTModel,
-    MarianTokenizer,
-)
 
 from tests.interop.conftest import assert_one_line_error, cli, search_limit, toy_pairs
 from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, atomic_torch_save, load_run

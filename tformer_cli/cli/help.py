@@ -4,6 +4,7 @@ One table for all commands, so the same option reads the same everywhere."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 # The panel of each option, by its parameter name; the rest stay under "Options".
@@ -86,12 +87,24 @@ def metavar(command: str, param: Any) -> str:
     return {int: "N", float: "X"}.get(described.annotation, "TEXT")
 
 
+def nameless(kind: Any) -> Any:
+    """``kind`` (a click parameter type), or a copy of it that converts the same but has no
+    metavar: help then shows no type name beside an argument."""
+    if "get_metavar" in vars(kind):  # already nameless
+        return kind
+    quiet = copy.copy(kind)  # click's STRING and others are shared: change a copy
+    quiet.get_metavar = lambda *args, **kwargs: ""
+    return quiet
+
+
 def lay_out(command: str, params: list[Any]) -> None:
     """Give each option of ``command`` its panel and plain metavar, and show no bounds in the
     type column (an out-of-range value names them) and no type beside an argument."""
     for param in params:
         if param.param_type_name == "argument":  # its name says what it is: no type column
-            param.display_type_rich = lambda ctx: None
+            param.display_type_rich = lambda ctx: None  # typer >= 0.29 (its own types)
+            if hasattr(param, "type"):  # click's type, before: 0.27-0.28 show its metavar
+                param.type = nameless(param.type)
             if not param.required:  # a required one shows its name as it is
                 param.metavar = param.metavar or param.name.upper()
         if param.param_type_name != "option":

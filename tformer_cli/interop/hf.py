@@ -13,12 +13,13 @@ below the unknown-piece penalty, so they are never chosen): ``tokenizer.json`` e
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, processors
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from tformer_cli.checkpoint import (
     RUNS_DIR,
@@ -238,10 +239,9 @@ def marian_pieces(tokenizer: Any, order: torch.Tensor) -> list[str]:
 
 
 def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
-    """A SentencePiece unigram model as a ``tokenizers`` Tokenizer over ``pieces`` (our ids):
-    its normalizer, pre-tokenizer and decoder as ``transformers`` converts them, its scores."""
+    """A SentencePiece unigram model as a ``tokenizers`` Tokenizer over ``pieces`` (our ids),
+    encoding as SentencePiece does (``spm_pipeline``), with the model's scores."""
     from sentencepiece import sentencepiece_model_pb2
-    from transformers.convert_slow_tokenizer import SpmConverter
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(spm_file.read_bytes())
@@ -250,6 +250,46 @@ def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
     scores = {p.piece: p.score for p in proto.pieces}
     absent = min(scores.values()) - 1000.0  # below the unknown-piece penalty: never chosen
     vocab = [(piece, scores.get(piece, absent)) for piece in pieces]
-    tok = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
-    tok.model = models.Unigram(vocab, unk_id=UNK_ID, byte_fallback=proto.trainer_spec.byte_fallback)
+    byte_fallback = proto.trainer_spec.byte_fallback
+    tok = Tokenizer(models.Unigram(vocab, unk_id=UNK_ID, byte_fallback=byte_fallback))
+    user_defined = [p.piece for p in proto.pieces if p.type == p.USER_DEFINED]
+    spm_pipeline(tok, proto.normalizer_spec, user_defined, byte_fallback)
     return tok
+
+
+def spm_pipeline(tok: Tokenizer, spec: Any, user_defined: list[str], byte_fallback: bool) -> None:
+    """Give ``tok`` the normalizer, pre-tokenizer and decoder of a SentencePiece model's
+    normalizer ``spec``, in SentencePiece's order, as ``transformers`` >= 5.24 converts them
+    (before, its converter added no dummy prefix): the character map, extra spaces removed,
+    spaces as ``▁``, the dummy prefix; user-defined pieces kept whole."""
+    steps: list[Any] = []
+    if spec.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
+    if spec.remove_extra_whitespaces:  # spaces only: SentencePiece leaves newlines alone
+        steps += [
+            normalizers.Replace(Regex(r"\A +| +\z"), ""),
+            normalizers.Replace(Regex(" {2,}"), " "),
+        ]
+    if spec.escape_whitespaces:
+        steps.append(normalizers.Replace(" ", "▁"))
+    if spec.add_dummy_prefix:  # Metaspace adds none before a leading ▁; SentencePiece does
+        steps.append(normalizers.Replace(Regex(r"\A▁"), "▁▁"))
+    tok.normalizer = normalizers.Sequence(steps)
+    splits: list[Any] = []
+    if spec.add_dummy_prefix:
+        splits.append(
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)
+        )
+    if user_defined:  # whole, never merged
+        pattern = "|".join(
+            re.escape(piece) for piece in sorted(user_defined, key=len, reverse=True)
+        )
+        splits.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))
+    if splits:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(splits)
+    parts = [decoders.Replace("▁", " ")] + [decoders.ByteFallback()] * byte_fallback
+    if spec.add_dummy_prefix:  # fused first: Strip applies to each token
+        parts += [decoders.Fuse(), decoders.Strip(content=" ", left=1)]
+    elif byte_fallback:
+        parts.append(decoders.Fuse())
+    tok.decoder = decoders.Sequence(parts)

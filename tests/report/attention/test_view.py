@@ -356,7 +356,7 @@ def test_command_follows_the_best_beam_hypothesis(run_dir, tmp_path):
 
     js = tmp_path / "a.json"
     args = ["inspect-attention", "red cat dog", "-m", str(run_dir), "-k", "3", "--no-align"]
-    assert runner.invoke(app, [*args, "--json", "-o", str(js)]).exit_code == 0
+    assert runner.invoke(app, [*args, "--device", "cpu", "--json", "-o", str(js)]).exit_code == 0
     run = load_run(run_dir, "cpu")
     src = torch.tensor([[*encode(run.tokenizer, ["red cat dog"])[0], EOS_ID]])
     best = search(run.model, src, DecodeConfig(beam=3))[0][0]
