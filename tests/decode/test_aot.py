@@ -14,7 +14,7 @@ from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.decode import aot
 from tformer_cli.decode import search as search_module
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import BUILD_AFTER, COMPILED_ROWS, LOAD_AFTER, DecodeStep
+from tformer_cli.decode.step import BUILD_AFTER, FEW_ROWS, LOAD_AFTER, DecodeStep
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
 threads = torch.get_num_threads
@@ -84,6 +84,7 @@ def test_the_key_changes_with_the_weights_beams_and_threads(trained_model, tmp_p
         changed.generator.weight[5, 3] += 1e-3  # a retrained model.pt
     assert aot.artifact(changed, 1) != path
     assert aot.artifact(trained_model, 2) != path
+    assert aot.artifact(trained_model, 1, many=True) != path  # the build for many rows
     torch.set_num_threads(2)  # Inductor's kernels fix their thread count
     assert aot.artifact(trained_model, 1) != path
     assert aot.load(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
@@ -97,10 +98,10 @@ def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     built = []
 
-    def build(model, eager, beams, path):
+    def build(model, eager, beams, path, many=False):
         built.append(beams)
         monkeypatch.setenv("XDG_CACHE_HOME", step_cache)
-        kept = aot.artifact(model, beams)
+        kept = aot.artifact(model, beams, many)
         if not kept.exists():
             pytest.skip("needs the session's compiled step")
         path.parent.mkdir(parents=True)
@@ -132,7 +133,9 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     assert aot.build_seconds(trained_model, 1) is None  # unreadable: the default again
     aot.record_build(retrained, 1, 5.0)
     asked = []  # build_missing of each load: whether auto builds now
-    monkeypatch.setattr(aot, "load", lambda path, m, e, b, build: asked.append(build) or (None, 0))
+    monkeypatch.setattr(
+        aot, "load", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
+    )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     step = DecodeStep(trained_model, "auto")
     step.eager_seconds = 4.0
@@ -143,24 +146,20 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     assert asked == [False, True, False] and BUILD_AFTER > 6.0
 
 
-def test_auto_runs_the_compiled_step_for_few_rows_only(trained_model, monkeypatch):
-    """Past ``COMPILED_ROWS`` rows (sentences x beams) ``auto`` decodes eagerly, where the
-    compiled step measured slower, and that time does not count toward a build; ``on``
-    always runs the compiled step."""
-    compiled = object()
-    monkeypatch.setattr(DecodeStep, "cpu_step", lambda self, beams: compiled)
+def test_the_build_for_few_rows_or_for_many_goes_by_the_rows_of_a_batch(trained_model, monkeypatch):
+    """Up to ``FEW_ROWS`` rows (sentences x beams) a batch runs the build for few rows, above it
+    the build for many, in ``auto`` and ``on``; ``off`` runs neither."""
+    asked = []
+    monkeypatch.setattr(DecodeStep, "cpu_step", lambda self, beams, many: asked.append(many))
     vocab = trained_model.cfg.vocab_size
-    few, many = sources(COMPILED_ROWS // 4, vocab, 26), sources(COMPILED_ROWS + 1, vocab, 27)
-    auto, on = DecodeStep(trained_model, "auto"), DecodeStep(trained_model, "on")
+    few, many = sources(FEW_ROWS // 2, vocab, 26), sources(FEW_ROWS + 1, vocab, 27)
     with torch.inference_mode():
-        auto.start(few, 4, 8)
-        assert auto.compiled_now is compiled and auto.timing
-        auto.start(few, 5, 8)  # 5 beams of 16 sentences: 80 rows
-        assert auto.compiled_now is None and not auto.timing
-        auto.start(many, 1, 8)
-        assert auto.compiled_now is None and not auto.timing
-        on.start(many, 1, 8)
-        assert on.compiled_now is compiled
+        for mode in ("auto", "on", "off"):
+            step = DecodeStep(trained_model, mode)
+            step.start(few, 2, 8)  # FEW_ROWS rows
+            step.start(few, 3, 8)
+            step.start(many, 1, 8)
+    assert asked == [False, True, True] * 2
 
 
 def test_without_a_cxx_compiler_the_step_runs_eagerly_with_a_notice(
@@ -215,14 +214,14 @@ def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkey
 @needs_cxx
 def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, monkeypatch):
     """Beams: a second library (beams per sentence are fixed in it), rows reordered between
-    steps, finished sentences leaving the batch. Built without ``max_autotune`` (half the build
-    time; the greedy test checks the library with it)."""
-    monkeypatch.setattr(aot, "INDUCTOR", {"freezing": True})
+    steps, finished sentences leaving the batch; 10 rows, the build for many rows (MKL's
+    kernels, explicit attention; the greedy tests check the build for few)."""
     src = sources(5, trained_model.cfg.vocab_size, seed=28)
     cfg = DecodeConfig(beam=2, nbest=2, max_len_a=0, max_len_b=12)
     eager = search(trained_model, src, cfg, compile="off")
     compiled = search(trained_model, src, cfg, compile="on")
     assert DecodeStep.of(trained_model, "on").compiled_now is not None
+    assert aot.artifact(trained_model, 2, many=True).exists()
     assert_same_search(eager, compiled, atol=1e-5)
 
 
@@ -265,7 +264,7 @@ def test_a_compiled_step_is_kept_per_thread_count(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     loaded = []
     monkeypatch.setattr(
-        aot, "load", lambda path, m, e, b, build: loaded.append(path) or (object(), 0.0)
+        aot, "load", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
     )
     step = DecodeStep(trained_model, "on")
     torch.set_num_threads(1)

@@ -106,9 +106,8 @@ MinLen = Annotated[int, typer.Option(min=0, help="No </s> before this many token
 Compile = Annotated[
     str,
     typer.Option(
-        help="The decode step: auto (CUDA graphs on a GPU; on the CPU the compiled step for"
-        " batches of up to 64 rows, once decoding runs long), on (compile it now, use it for"
-        " every batch) or off (eager)."
+        help="The decode step: auto (CUDA graphs on a GPU; on the CPU the compiled step, once"
+        " decoding runs long), on (compile it now) or off (eager)."
     ),
 ]
 DecodePrecision = Annotated[

@@ -4,12 +4,16 @@ step, then a shared library that runs it with no Python between its kernels.
 One artifact serves a model for a number of beams per sentence: rows, source length, buffer
 length and the attended ``span`` are dynamic dimensions of it, so nothing is rebuilt as a
 translation grows or as finished sentences leave the batch; for one beam it also makes greedy
-decoding's choice and bookkeeping (``greedy.advance``), so that a greedy step is one call.
+decoding's choice and bookkeeping (``greedy.advance``), so that a greedy step is one call. Each
+comes in two builds, by the rows it is for: few (Inductor's own C++ matrix kernels, tuned at a
+few rows: ``max_autotune``) or many (the MKL kernels the eager step calls, and attention as two
+matrix products and a softmax, ``many=True``).
+
 Artifacts are kept on disk in ``cache_root()/steps`` (``~/.cache/tformer/steps``; ``rm -rf
-~/.cache/tformer/steps`` removes them), named by a key of the weights' bytes, the torch version,
-the CPU's flags and the thread count (Inductor's kernels fix their thread count): new weights (a
-changed ``model.pt``) make a new key, so a stale artifact is never loaded, and only the first
-run of a model pays to build.
+~/.cache/tformer/steps`` removes them), named by a key of the weights' bytes, the build, the
+torch version, the CPU's flags and the thread count (Inductor's kernels fix their thread count):
+new weights (a changed ``model.pt``) make a new key, so a stale artifact is never loaded, and
+only the first run of a model pays to build.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -36,11 +40,13 @@ from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
 Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
-FORMAT = 2  # bump when the exported step's inputs or outputs change
+FORMAT = 3  # bump when the exported step's inputs or outputs change
 BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
-# Inductor's options for the build: weights folded in as constants (freezing), and its own C++
-# matrix kernels where they beat the library's (max_autotune), the few-row GEMMs of a step
+# Inductor's options for the build: weights folded in as constants (freezing), and for a step of
+# few rows its own C++ matrix kernels where they beat the library's (max_autotune: tuned at the
+# export's few rows, they lose to MKL's at many)
 INDUCTOR = {"freezing": True, "max_autotune": True}
+INDUCTOR_MANY = {"freezing": True}
 QUIET = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 
@@ -66,12 +72,19 @@ def supported(model: Transformer) -> bool:
     return fp32 and not int8 and not torch.is_autocast_enabled("cpu")
 
 
-def step_key(model: Transformer, beams: int, weights: bool = True) -> str:
+def options(many: bool) -> dict:
+    """Inductor's options for the build of few rows or of many."""
+    return INDUCTOR_MANY if many else INDUCTOR
+
+
+def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = False) -> str:
     """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
-    thread count, torch version and CPU flags. ``weights=False``: all but the weights' bytes,
-    what a build's time depends on (``build_seconds``)."""
+    the build (few rows or ``many``), thread count, torch version and CPU flags.
+    ``weights=False``: all but the weights' bytes, what a build's time depends on
+    (``build_seconds``)."""
     h = hashlib.sha256()
-    meta = (FORMAT, INDUCTOR, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
+    build = (options(many), many)
+    meta = (FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
@@ -80,17 +93,17 @@ def step_key(model: Transformer, beams: int, weights: bool = True) -> str:
     return h.hexdigest()[:32]
 
 
-def build_seconds(model: Transformer, beams: int) -> float | None:
+def build_seconds(model: Transformer, beams: int, many: bool = False) -> float | None:
     """How long the last build of a step of this shape took here (same model dimensions, beams,
-    threads, torch and CPU), from ``steps/builds.json``; None if none was timed."""
+    build, threads, torch and CPU), from ``steps/builds.json``; None if none was timed."""
     try:
         times = json.loads((cache_root() / "steps" / BUILDS).read_text(encoding="utf-8"))
-        return float(times[step_key(model, beams, weights=False)])
+        return float(times[step_key(model, beams, weights=False, many=many)])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def record_build(model: Transformer, beams: int, seconds: float) -> None:
+def record_build(model: Transformer, beams: int, seconds: float, many: bool = False) -> None:
     """Keep a build's time for ``build_seconds`` (a lost race between processes loses a time)."""
     path = cache_root() / "steps" / BUILDS
     try:
@@ -99,7 +112,7 @@ def record_build(model: Transformer, beams: int, seconds: float) -> None:
         times = {}
     if not isinstance(times, dict):
         times = {}
-    times[step_key(model, beams, weights=False)] = round(seconds, 1)
+    times[step_key(model, beams, weights=False, many=many)] = round(seconds, 1)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(times, indent=1), durable=False)
@@ -155,9 +168,24 @@ def greedy_inputs(rows: int) -> tuple[Tensor, ...]:
     return alive, torch.zeros(rows), steps, steps, torch.zeros((), dtype=torch.long)
 
 
-def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.ExportedProgram:
+@contextlib.contextmanager
+def explicit_attention(model: Transformer, on: bool) -> Iterator[None]:
+    """Every attention sublayer of ``model`` attends through the explicit ops while ``on``."""
+    layers = [m for kind in model.attention_modules().values() for m in kind]
+    for m in layers:
+        m.explicit = on
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.explicit = False
+
+
+def export_step(
+    model: Transformer, eager: Eager, beams: int, many: bool = False
+) -> torch.export.ExportedProgram:
     """``StepModule(model, eager)`` exported for ``beams`` rows per sentence, every length
-    dynamic."""
+    dynamic; ``many``: attention as the explicit ops, which beat the fused kernel at many rows."""
     sentences, n = Dim("sentences"), model.cfg.max_positions
     rows = sentences if beams == 1 else beams * sentences
     S, T, span = Dim("S", max=n), Dim("T", max=n), Dim("span", max=n)
@@ -185,20 +213,21 @@ def export_step(model: Transformer, eager: Eager, beams: int) -> torch.export.Ex
         tuple({0: rows} for _ in greedy[:4]) + (None,) * len(greedy[4:]),  # min_len: 0-dim
         tuple({1: rows, 3: T} for _ in model.decoder),  # *self_kv, one input a layer
     )
-    with torch.no_grad():
+    with torch.no_grad(), explicit_attention(model, many):
         return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
 
 
-def build(model: Transformer, eager: Eager, beams: int, path: Path) -> None:
-    """Export and compile the step into ``path`` (written whole or not at all)."""
-    program = export_step(model, eager, beams)
+def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool = False) -> None:
+    """Export and compile the step of few rows or ``many`` into ``path`` (written whole or not at
+    all)."""
+    program = export_step(model, eager, beams, many)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Inductor's own deprecation notices
         built = torch._inductor.aoti_compile_and_package(
             program,
             package_path=str(Path(tmp) / path.name),
-            inductor_configs={**INDUCTOR, **QUIET},
+            inductor_configs={**options(many), **QUIET},
         )
         os.replace(built, path)
 
@@ -238,23 +267,25 @@ class AotStep:
         return self.loader.boxed_run([*inputs, *cache.self_kv.unbind(0)])
 
 
-def artifact(model: Transformer, beams: int) -> Path:
-    """Where the step of ``model`` for ``beams`` is kept."""
-    return cache_root() / "steps" / f"{step_key(model, beams)}-beams{beams}.pt2"
+def artifact(model: Transformer, beams: int, many: bool = False) -> Path:
+    """Where the step of ``model`` for ``beams`` (and few rows or ``many``) is kept."""
+    name = f"{step_key(model, beams, many=many)}-beams{beams}-{'many' if many else 'few'}.pt2"
+    return cache_root() / "steps" / name
 
 
 def load(
-    path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool
-) -> tuple[AotStep | None, float]:
+    path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool,
+    many: bool = False,
+) -> tuple[AotStep | None, float]:  # fmt: skip
     """The step kept at ``path`` (``artifact``), built first from ``model``'s ``eager`` step for
-    ``beams`` if missing and ``build_missing`` (else None); and the seconds building took (0 if
-    kept)."""
+    ``beams`` (and few rows or ``many``) if missing and ``build_missing`` (else None); and the
+    seconds building took (0 if kept)."""
     if not path.exists():
         if not build_missing:
             return None, 0.0
         start = time.perf_counter()
-        build(model, eager, beams, path)
+        build(model, eager, beams, path, many)
         seconds = time.perf_counter() - start
-        record_build(model, beams, seconds)
+        record_build(model, beams, seconds, many)
         return AotStep(path, beams), seconds
     return AotStep(path, beams), 0.0

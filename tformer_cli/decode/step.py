@@ -8,12 +8,12 @@ buckets (``Buckets``) where each shape costs a graph. The same eager function th
 of three ways (``--compile``):
 
 - eager (``off``; and on the CPU, ``auto`` until the compiled step is built);
-- on the CPU, compiled ahead of time (``aot``: a shared library per model, beams and threads, every
-  length a dynamic dimension, kept on disk): ``on`` builds it at once, ``auto`` loads a kept one
-  after ``LOAD_AFTER`` seconds of eager decoding, or builds it once eager decoding has taken as
-  long as a build (so a short job never pays more than twice its eager time, a long one gains),
-  and runs it for batches of at most ``COMPILED_ROWS`` rows only. With no C++ compiler, or int8
-  or bf16 weights, the step stays eager;
+- on the CPU, compiled ahead of time (``aot``: a shared library per model, beams, threads and
+  build, every length a dynamic dimension, kept on disk), the build for few rows up to
+  ``FEW_ROWS`` rows a batch and the build for many above: ``on`` builds it at once, ``auto``
+  loads a kept one after ``LOAD_AFTER`` seconds of eager decoding, or builds it once eager
+  decoding has taken as long as a build (so a short job never pays more than twice its eager
+  time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step stays eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
   which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
   tens of seconds, so even one sentence pays for it (other devices: ``torch.compile`` if ``on``).
@@ -44,9 +44,10 @@ BUILD_AFTER = 60.0
 # Seconds of eager decoding after which ``auto`` looks for a kept compiled step: loading one
 # imports Inductor first, seconds that a short job would not win back.
 LOAD_AFTER = 3.0
-# Rows (sentences x beams) up to which ``auto`` runs the compiled CPU step: it beat the eager
-# step at 32 rows and lost at 160 and more (docs/speed.md), where the matrix kernels dominate.
-COMPILED_ROWS = 64
+# Rows (sentences x beams) of a batch up to which the compiled CPU step is the build for few rows
+# (Inductor's own matrix kernels), above which the build for many (MKL's, explicit attention):
+# where one beat the other (benchmarks/bench_step_builds.py, docs/speed.md).
+FEW_ROWS = 8
 # Rows up to which a CPU search runs on one thread: at one or two rows the compiled step ran
 # faster on one thread than on two and the eager step as fast; at five (beam 5) and at eight,
 # two threads won (benchmarks/bench_threads.py, docs/speed.md).
@@ -126,12 +127,12 @@ class DecodeStep:
         self.graphs = uses_cuda_graphs(device, compile)
         self.on_notice = on_notice or (lambda line: print(line, file=sys.stderr))
         self.cpu_mode = compile if device.type == "cpu" and wanted(compile, auto=True) else None
-        # by beams and threads (its kernels' own count): the compiled CPU step, None: eager
-        self.aot: dict[tuple[int, int], aot.AotStep | None] = {}
+        # by beams, threads (its kernels' own count) and build: the compiled CPU step, None: eager
+        self.aot: dict[tuple[int, int, bool], aot.AotStep | None] = {}
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
         self.timing = False  # whether the current batch's eager steps count for ``auto``
-        self.artifacts: dict[tuple[int, int], Path] = {}  # where each compiled step is kept
+        self.artifacts: dict[tuple[int, int, bool], Path] = {}  # where each compiled step is kept
         compiled = device.type not in ("cpu", "cuda") and wanted(compile, auto=False)
         self.fn = (
             Compiled(self.eager, "decode step", self.on_notice, dynamic=False)
@@ -206,19 +207,18 @@ class DecodeStep:
         cache = self.model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
         if self.graphs:
             return self.pooled(cache)
-        rows = padded.size(0) * beams
-        few = self.cpu_mode == "on" or rows <= COMPILED_ROWS
-        self.compiled_now = self.cpu_step(beams) if self.cpu_mode and few else None
-        self.timing = self.cpu_mode == "auto" and few  # eager time that a build would save
+        many = padded.size(0) * beams > FEW_ROWS  # rows: the build for few or for many
+        self.compiled_now = self.cpu_step(beams, many) if self.cpu_mode else None
+        self.timing = self.cpu_mode == "auto"  # eager time that a build would save
         if beams > 1 and self.fn == self.eager:  # eager or CPU-compiled beams: reorder by swapping
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
 
-    def cpu_step(self, beams: int) -> aot.AotStep | None:
-        """The compiled CPU step for ``beams`` rows per sentence: kept in memory or on disk, or
-        built now (``on``, or ``auto`` once eager decoding took a build's time); None to run
-        eagerly."""
-        key = (beams, torch.get_num_threads())
+    def cpu_step(self, beams: int, many: bool = False) -> aot.AotStep | None:
+        """The compiled CPU step for ``beams`` rows per sentence, the build for few rows or
+        ``many``: kept in memory or on disk, or built now (``on``, or ``auto`` once eager
+        decoding took a build's time); None to run eagerly."""
+        key = (beams, torch.get_num_threads(), many)
         if key in self.aot:
             return self.aot[key]
         if self.cpu_mode == "auto" and self.eager_seconds < LOAD_AFTER:
@@ -228,22 +228,24 @@ class DecodeStep:
                 self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
             self.aot[key] = None
             return None
-        after = aot.build_seconds(self.model, beams) or BUILD_AFTER
+        after = aot.build_seconds(self.model, beams, many) or BUILD_AFTER
         build = self.cpu_mode == "on" or self.eager_seconds >= after
         if build and aot.cxx_compiler() is None:
             self.on_notice("no C++ compiler found (g++ or $CXX): the decode step runs eagerly")
             self.aot[key] = None
             return None
         try:
-            path = self.artifacts.setdefault(key, aot.artifact(self.model, beams))
-            step, seconds = aot.load(path, self.model, self.eager, beams, build)
+            path = self.artifacts.setdefault(key, aot.artifact(self.model, beams, many))
+            step, seconds = aot.load(path, self.model, self.eager, beams, build, many)
         except Exception as e:  # export or Inductor errors: the eager step still works
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
             self.aot[key] = None
             return None
         if seconds:
-            self.on_notice(f"compiled the decode step (beams {beams}) in {seconds:.1f} s")
+            rows = "many" if many else "few"
+            line = f"compiled the decode step (beams {beams}, {rows} rows) in {seconds:.1f} s"
+            self.on_notice(line)
         if step is not None:  # else: not kept yet and not worth building yet
             self.aot[key] = step
         return step

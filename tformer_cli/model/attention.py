@@ -56,9 +56,9 @@ class MultiHeadAttention(nn.Module):
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
     from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
     Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); training on the CPU and decoding many rows at once on the CPU take
-    the explicit path too (``attend``); otherwise the fused ``F.scaled_dot_product_attention``
-    kernel runs.
+    ``weights`` (B, h, T, S); training on the CPU, decoding many rows at once on the CPU and a
+    module set ``explicit`` take the explicit path too (``attend``); otherwise the fused
+    ``F.scaled_dot_product_attention`` kernel runs.
     """
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
@@ -72,6 +72,7 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model)
         self.record_weights = False
         self.weights: Tensor | None = None
+        self.explicit = False  # always the explicit ops (a compiled step for many rows)
 
     def project_kv(self, memory: Tensor) -> Tensor:
         """K, V of the encoder memory (B, S, d) for cross-attention, stacked: (2, B, h, S, d_k)."""
@@ -132,12 +133,13 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1), (B, h, T, d_k): the
-        fused kernel, or the explicit ``attention`` where the weights are recorded, where
-        autograd runs on the CPU (``explicit_backward``) or where many rows decode at once on
-        the CPU (``explicit_decoding``)."""
+        fused kernel, or the explicit ``attention`` where the weights are recorded, where set
+        ``explicit``, where autograd runs on the CPU (``explicit_backward``) or where many rows
+        decode at once on the CPU (``explicit_decoding``)."""
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
-        if not (self.record_weights or explicit_backward(q) or explicit_decoding(q)):
+        explicit = self.explicit or explicit_backward(q) or explicit_decoding(q)
+        if not (self.record_weights or explicit):
             # is_causal lets the kernel skip the masked blocks instead of adding -inf
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if causal:  # the mask the fused kernel applies by itself (T == S)
