@@ -14,7 +14,7 @@ from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.decode import aot
 from tformer_cli.decode import search as search_module
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import BUILD_AFTER, FEW_ROWS, LOAD_AFTER, DecodeStep
+from tformer_cli.decode.step import BUILD_AFTER, FEW_ROWS, LOAD_AFTER, LOAD_WORK, DecodeStep
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
 threads = torch.get_num_threads
@@ -146,11 +146,25 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     assert asked == [False, True, False] and BUILD_AFTER > 6.0
 
 
+def test_auto_loads_a_kept_step_at_once_for_a_big_batch_and_builds_none(trained_model, monkeypatch):
+    """A batch of ``LOAD_WORK`` row-steps or more loads a kept step at its start, before any
+    eager time; a smaller one waits for ``LOAD_AFTER``; neither builds one."""
+    asked = []  # build_missing of each load
+    monkeypatch.setattr(aot, "load", lambda path, m, e, b, build, many: (asked.append(build), 0))
+    monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
+    src = sources(2, trained_model.cfg.vocab_size, seed=30)
+    with torch.inference_mode():
+        DecodeStep(trained_model, "auto").start(src, 1, 8)
+        assert asked == []
+        DecodeStep(trained_model, "auto").start(src, 1, LOAD_WORK // 2)
+    assert asked == [False]
+
+
 def test_the_build_for_few_rows_or_for_many_goes_by_the_rows_of_a_batch(trained_model, monkeypatch):
     """Up to ``FEW_ROWS`` rows (sentences x beams) a batch runs the build for few rows, above it
     the build for many, in ``auto`` and ``on``; ``off`` runs neither."""
     asked = []
-    monkeypatch.setattr(DecodeStep, "cpu_step", lambda self, beams, many: asked.append(many))
+    monkeypatch.setattr(DecodeStep, "cpu_step", lambda self, beams, many, big: asked.append(many))
     vocab = trained_model.cfg.vocab_size
     few, many = sources(FEW_ROWS // 2, vocab, 26), sources(FEW_ROWS + 1, vocab, 27)
     with torch.inference_mode():

@@ -11,7 +11,8 @@ of three ways (``--compile``):
 - on the CPU, compiled ahead of time (``aot``: a shared library per model, beams, threads and
   build, every length a dynamic dimension, kept on disk), the build for few rows up to
   ``FEW_ROWS`` rows a batch and the build for many above: ``on`` builds it at once, ``auto``
-  loads a kept one after ``LOAD_AFTER`` seconds of eager decoding, or builds it once eager
+  loads a kept one after ``LOAD_AFTER`` seconds of eager decoding or for a batch of at least
+  ``LOAD_WORK`` row-steps, or builds it once eager
   decoding has taken as long as a build (so a short job never pays more than twice its eager
   time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step stays eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
@@ -44,6 +45,9 @@ BUILD_AFTER = 60.0
 # Seconds of eager decoding after which ``auto`` looks for a kept compiled step: loading one
 # imports Inductor first, seconds that a short job would not win back.
 LOAD_AFTER = 3.0
+# Row-steps (rows x the most tokens each may output) of one batch from which ``auto`` loads a
+# kept compiled step at once: a batch that large takes eager decoding longer than the import.
+LOAD_WORK = 20_000
 # Rows (sentences x beams) of a batch up to which the compiled CPU step is the build for few rows
 # (Inductor's own matrix kernels), above which the build for many (MKL's, explicit attention):
 # where one beat the other (benchmarks/bench_step_builds.py, docs/speed.md).
@@ -208,20 +212,22 @@ class DecodeStep:
         if self.graphs:
             return self.pooled(cache)
         many = padded.size(0) * beams > FEW_ROWS  # rows: the build for few or for many
-        self.compiled_now = self.cpu_step(beams, many) if self.cpu_mode else None
+        big = padded.size(0) * beams * max_len >= LOAD_WORK  # worth loading a kept step now
+        self.compiled_now = self.cpu_step(beams, many, big) if self.cpu_mode else None
         self.timing = self.cpu_mode == "auto"  # eager time that a build would save
         if beams > 1 and self.fn == self.eager:  # eager or CPU-compiled beams: reorder by swapping
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
 
-    def cpu_step(self, beams: int, many: bool = False) -> aot.AotStep | None:
+    def cpu_step(self, beams: int, many: bool = False, big: bool = False) -> aot.AotStep | None:
         """The compiled CPU step for ``beams`` rows per sentence, the build for few rows or
-        ``many``: kept in memory or on disk, or built now (``on``, or ``auto`` once eager
-        decoding took a build's time); None to run eagerly."""
+        ``many``: kept in memory or on disk (``auto``: for a ``big`` batch, or once eager
+        decoding took ``LOAD_AFTER``), or built now (``on``, or ``auto`` once eager decoding
+        took a build's time); None to run eagerly."""
         key = (beams, torch.get_num_threads(), many)
         if key in self.aot:
             return self.aot[key]
-        if self.cpu_mode == "auto" and self.eager_seconds < LOAD_AFTER:
+        if self.cpu_mode == "auto" and self.eager_seconds < LOAD_AFTER and not big:
             return None  # too short a job so far to load even a kept step
         if not aot.supported(self.model):
             if self.cpu_mode == "on":
