@@ -4,6 +4,7 @@ build per model and beam size kept on disk under a key of what it was built from
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 
 import pytest
@@ -28,16 +29,21 @@ def kept(step_cache, monkeypatch):
 
 
 @needs_cxx
-def test_compiled_step_gives_the_eager_tokens_and_scores(trained_model, kept):
+def test_compiled_step_gives_the_eager_tokens_and_scores(
+    trained_model, kept, tmp_path, monkeypatch
+):
     """Greedy over sentences that finish at different steps (rows leave the batch): one
     library serves every row count, source length and span; log-probs within 1e-5."""
     src = sources(7, trained_model.cfg.vocab_size, seed=21)
     cfg = DecodeConfig(max_len_a=0, max_len_b=12)
     eager = search(trained_model, src, cfg, compile="off")
+    shared = tmp_path / "inductor"  # the process's Inductor cache: a build writes none of it
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
     compiled = search(trained_model, src, cfg, compile="on")
     assert DecodeStep.of(trained_model, "on").compiled_now is not None  # it did not fall back
     assert_same_search(eager, compiled, atol=1e-5)
     assert aot.artifact(trained_model, 1).exists()
+    assert not list(shared.rglob("*.so")) and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(shared)
 
 
 @needs_cxx

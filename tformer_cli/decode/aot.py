@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 from torch.export import Dim
 
 from tformer_cli.compile import cache_root
@@ -219,10 +220,16 @@ def export_step(
 
 def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool = False) -> None:
     """Export and compile the step of few rows or ``many`` into ``path`` (written whole or not at
-    all)."""
+    all). Inductor compiles in a cache folder of the build's own, removed after: a build that
+    is interrupted, or runs beside another, leaves no half-written kernel in a shared cache for
+    the next one to load."""
     program = export_step(model, eager, beams, many)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
+    with (
+        tempfile.TemporaryDirectory(dir=path.parent) as tmp,
+        temporary_cache_dir(str(Path(tmp) / "inductor")),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")  # Inductor's own deprecation notices
         built = torch._inductor.aoti_compile_and_package(
             program,
