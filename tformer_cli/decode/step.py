@@ -12,9 +12,9 @@ of three ways (``--compile``):
   build, every length a dynamic dimension, kept on disk), the build for few rows up to
   ``FEW_ROWS`` rows a batch and the build for many above: ``on`` builds it at once, ``auto``
   loads a kept one after ``LOAD_AFTER`` seconds of eager decoding or for a batch of at least
-  ``LOAD_WORK`` row-steps, or builds it once eager
-  decoding has taken as long as a build (so a short job never pays more than twice its eager
-  time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step stays eager;
+  ``LOAD_WORK`` row-steps, or builds it once eager decoding has taken as long as a build (so a
+  short job never pays more than twice its eager time, a long one gains). With no C++ compiler,
+  or int8 or bf16 weights, the step stays eager;
 - a CUDA graph per bucket (CUDA, ``auto``): the step's ~100 kernel launches replayed as one,
   which is what bounds a small model on a GPU. Capturing takes milliseconds, not Inductor's
   tens of seconds, so even one sentence pays for it (other devices: ``torch.compile`` if ``on``).
