@@ -15,7 +15,7 @@ from tformer_cli.decode.greedy import advance
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
 from tformer_cli.decode.sampling import sample_next
 from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up, search_threads
-from tformer_cli.model import Transformer
+from tformer_cli.model import DecoderCache, Transformer
 
 DEFAULT = DecodeConfig()
 
@@ -34,6 +34,11 @@ def ensemble(logps: list[Tensor]) -> Tensor:
     if len(logps) == 1:
         return logps[0]
     return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (R, V)
+
+
+def attend_to(step: DecodeStep, cache: DecoderCache, t: int) -> None:
+    """Set the slots the step of token t attends to: t + 1, rounded up to the step's bucket."""
+    cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
 
 
 class Rows:
@@ -80,7 +85,7 @@ class Rows:
         rows, self.reorder = self.reorder, None
         logps = []
         for step, cache in zip(self.steps, self.caches, strict=True):
-            cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
+            attend_to(step, cache, t)
             logps.append(step(y[:, t], cache, rows))
         return ensemble(logps)
 
@@ -90,7 +95,7 @@ class Rows:
         if len(self.steps) != 1:
             return None
         step, cache = self.steps[0], self.caches[0]
-        cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
+        attend_to(step, cache, t)
         return step.greedy(y[:, t], cache, state)
 
     def select(self, sentences: Tensor) -> None:
