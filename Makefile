@@ -28,9 +28,12 @@ demo: $(STAMP)
 	@cut -f1 $(VENV)/demo.tsv | $(BIN)/tformer translate --quiet | paste $(VENV)/demo.tsv - \
 	  | awk -F'\t' '{ printf "  source:      %s\n  reference:   %s\n  translation: %s\n\n", $$1, $$2, $$3 }'
 
+# The suite in TEST_JOBS processes (pytest-xdist), a test file per process at a time: the
+# module-scoped fixtures (trained runs, compiled steps) are built once per file as before.
+TEST_JOBS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

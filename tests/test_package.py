@@ -4,7 +4,10 @@ modules stay short enough to read, and the code says what it does, not what it m
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,42 @@ def test_code_names_no_machine_and_no_measurement(path: Path):
     assert not found, "\n".join(found)
 
 
+# A figure with the unit of a measurement: a speed-up (1.7x, 2-3x), a time (12 ms, 40 µs), a
+# rate (859 tok/s) or a percentage. Figures that measure nothing are allowed by name.
+FIGURE = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?:\s*-\s*\d+(?:\.\d+)?)?"
+    r"(?:x|×|\s*(?:ms|µs|us|tok/s|tokens/s|sentences/s|%))(?![\w/])"
+)
+NOT_MEASURED = re.compile(r"\d+% interval|>= \d+\.\d+x")  # a confidence level; a version series
+
+
+def comments_and_docstrings(source: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each comment and of each line of each docstring of ``source``."""
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                first = node.body[0].lineno
+                yield from ((first + i, line) for i, line in enumerate(doc.splitlines()))
+
+
+def measured_figures(source: str) -> list[str]:
+    return [
+        f"line {n}: {text.strip()}"
+        for n, text in comments_and_docstrings(source)
+        if FIGURE.search(NOT_MEASURED.sub("", text))
+    ]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_comments_and_docstrings_quote_no_measured_figure(path: Path):
+    found = measured_figures(path.read_text(encoding="utf-8"))
+    assert not found, "\n".join(found)
+
+
 @pytest.mark.parametrize("path", [*MODULES, REPO / "README.md"], ids=lambda p: p.name)
 def test_code_cites_no_file_the_repository_lacks(path: Path):
     found = [
@@ -74,3 +113,9 @@ def test_the_gates_catch_what_they_guard(tmp_path: Path):
     assert functions(tree)[0].end_lineno > MAX_FUNCTION_LINES
     assert MACHINE_WORDS.search("# 1.2 ms, measured on an AMD EPYC")
     assert not MACHINE_WORDS.search("@dataclass(frozen=True)")
+    for figure in ("1.7x", "2-3x", "12 ms", "859 tok/s", "10-15%", "about 10% faster"):
+        assert measured_figures(f'"""Fast."""\n# the fused path: {figure}\n'), figure
+        assert measured_figures(f'def f():\n    """It was {figure} here."""\n'), figure
+    for fine in ("# 3 x (B, h, T, d_k)", "# its 95% interval", "# 1 GiB", "x = 2  # 5x5 grid"):
+        assert not measured_figures(fine + "\n"), fine
+    assert not measured_figures('s = "1.7x"  # a string, not a comment\n')

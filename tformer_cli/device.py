@@ -38,7 +38,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 @cache
 def cpu_has_fast_bf16() -> bool:
-    """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16), ~5x fp32 here."""
+    """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()
@@ -47,8 +47,8 @@ def cpu_has_fast_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
-# bench_train.py on this project's CPU: bf16 autocast trains 2x faster than fp32 at d_model 256
-# and 1.6x at 128; auto stays fp32 below 256, the precision the toy default was tuned in.
+# The narrowest model that ``auto`` trains in bf16: below it the GEMMs are too small for bf16 to
+# repay its casts (benchmarks/bench_train.py, docs/speed.md), and the toy default stays fp32.
 BF16_MIN_WIDTH = 256
 
 
@@ -139,8 +139,8 @@ def reuse_freed_memory() -> None:
     """Make glibc keep freed memory for the next allocation instead of returning it to the OS.
 
     By default each block over 32 MB (a batch's logits: tokens x V floats) is mmap'ed afresh
-    and its pages faulted in on first touch; on this project's 2-core CPU that made every pass
-    over such a tensor 2-3x slower (training 10-15% slower). A no-op off glibc.
+    and its pages faulted in on first touch, which slows every pass over such a tensor (and so
+    training: docs/speed.md). A no-op off glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -161,9 +161,8 @@ def cache_compiled_kernels() -> None:
     oneDNN (which runs bf16 matmuls on CPU) JIT-compiles kernels for each matrix shape and
     keeps the last 1,024. A Multi30k training batch needs 24 (forward and backward), an epoch
     has ~40 batch shapes and an hour ~270 (~6,600 kernels), so the default evicted kernels that
-    later batches needed again. Side by side (two 1-thread runs at once), updates 500-900 were
-    2-5% faster with the larger cache. oneDNN reads the setting at its first use, so call this
-    before any matmul.
+    later batches needed again and compiled anew. oneDNN reads the setting at its first use, so
+    call this before any matmul.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(KERNEL_CACHE))
 
@@ -259,10 +258,10 @@ def free_cores() -> int:
     """The cores of this process not busy with other work, at least 1.
 
     A torch thread that waits for a core another process holds stalls every small op of the
-    decoding loop: on 2 shared cores under load, 2 threads made ``tformer eval`` 4-5x slower
-    than 1. Busy means busy now (``busy_cores``), not the 1-minute load average, which still
-    counts a training run that ended seconds ago; the load average serves only where
-    ``/proc/stat`` is missing (macOS), and nothing (all cores) where it is missing too.
+    decoding loop, so a loaded machine decodes faster on fewer threads. Busy means busy now
+    (``busy_cores``), not the 1-minute load average, which still counts a training run that
+    ended seconds ago; the load average serves only where ``/proc/stat`` is missing (macOS), and
+    nothing (all cores) where it is missing too.
     """
     cores = len(allowed_cpus())
     busy = busy_cores()

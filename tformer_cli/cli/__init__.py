@@ -34,7 +34,7 @@ def main() -> None:
     """Console-script entry point: the process-wide settings (``device.setup``), then the app.
 
     Where the command names CTranslate2 (``--engine ctranslate2``), it is imported before torch:
-    imported after torch has run, its searches ran up to 2.5x slower (docs/interop.md)."""
+    imported after torch has run, its searches ran slower (docs/interop.md)."""
     if any(arg.endswith("ctranslate2") for arg in sys.argv[1:]):  # also --engine=ctranslate2
         with contextlib.suppress(ImportError):
             import ctranslate2  # noqa: F401

@@ -121,7 +121,7 @@ class Transformer(nn.Module):
 
         Without a cache, y is the whole prefix ``<s> y_1 .. y_{T-1}`` and ``memory``/``src_mask``
         come from ``encode``. With a cache, y holds the next tokens at positions
-        ``cache.length ..`` and the memory's K, V come from the cache, which is advanced.
+        ``cache.pos ..`` and the memory's K, V come from the cache, which is advanced.
         The causal mask is the only one the decoder's self-attention needs: padding sits at the
         end of a target, so a real position never sees a padded one.
         """
@@ -172,8 +172,8 @@ class Transformer(nn.Module):
         """Store each weight matrix column-major, values and shapes unchanged, for inference on CPU.
 
         ``F.linear(x, W)`` computes x W^T; with W column-major, W^T (d_in, d_out) is contiguous:
-        the layout MKL's GEMMs with few rows run fastest with (1.1-1.7x per GEMM at 5-32 rows
-        on this project's CPU; whole decoding steps up to 1.08x). Training keeps the default
+        the layout MKL's GEMMs with few rows run fastest with (benchmarks/bench_decode.py).
+        Training keeps the default
         row-major layout, which its gradients and optimizer share.
         """
         for module in self.modules():

@@ -6,7 +6,7 @@ through ``F.cross_entropy(label_smoothing=...)`` reaches the same numbers throug
 vocabulary-sized temporaries (an fp32 copy of the logits, a zero-filled NLL gradient, the
 smoothing term's broadcast, the log-softmax backward); on CPU, where those passes over
 (tokens x V) memory cost as much as the output layer's matmul, writing p - q directly in one
-buffer made a training step about 10% faster (d_model 256, V 8k).
+buffer saves most of them.
 """
 
 from __future__ import annotations
