@@ -1,12 +1,16 @@
 """docs/cli.md's option tables are the commands' own: rendered from the Typer app, so a changed
-option fails here until the page is regenerated with ``python -m tests.test_cli_docs``."""
+option fails here until the page is regenerated with ``python -m tests.test_cli_docs``. The help
+pages agree with it (usage lines, the order of the commands)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
+import pytest
 import typer
+from typer.testing import CliRunner
 
 from tests.conftest import REPO
 from tformer_cli.cli import app
@@ -83,6 +87,31 @@ def test_the_option_tables_are_the_commands_own():
     text = PAGE.read_text(encoding="utf-8")
     assert HEADING in text
     assert text[text.index(HEADING) :] == rendered(), "run: python -m tests.test_cli_docs"
+
+
+# ---------------------------------------------------------------------------- help pages
+def help_page(*path: str) -> str:
+    """``tformer PATH --help`` at 80 columns."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_the_usage_line_shows_the_arguments_as_this_page_does(name):
+    """``TEXT``, ``[RUN]``, ``[TEXTS]...`` (no ``{text}``), and no hidden argument: the old
+    spellings still work, but no panel explains them."""
+    page = help_page(*name.split())
+    usage = next(line for line in page.splitlines() if "Usage:" in line).split()
+    arguments = [p for p in commands()[name].params if p.param_type_name == "argument"]
+    shown = [usage_piece(a) for a in arguments if not a.hidden]
+    assert usage == ["Usage:", "tformer", *name.split(), "[OPTIONS]", *shown]
+    assert not re.search(r"\{[a-z_]+\}", page)
+
+
+def test_tformer_h_lists_the_commands_in_this_page_s_order():
+    listed = re.findall(r"^│ ([a-z][a-z-]*) ", help_page(), re.MULTILINE)
+    assert listed == list(dict.fromkeys(name.split()[0] for name in ORDER))
 
 
 if __name__ == "__main__":  # rewrite the page's option tables
