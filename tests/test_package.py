@@ -1,5 +1,6 @@
-"""Gates on the package as a whole, read with ``ast`` and text, nothing imported: functions and
-modules stay short enough to read, and the code says what it does, not what it measured."""
+"""Gates on the package as a whole, read with ``ast`` and text: functions and modules stay short
+enough to read, and the code says what it does, not what it measured; and what
+``import tformer_cli`` offers a notebook's tab completion."""
 
 from __future__ import annotations
 
@@ -74,3 +75,11 @@ def test_the_gates_catch_what_they_guard(tmp_path: Path):
     assert functions(tree)[0].end_lineno > MAX_FUNCTION_LINES
     assert MACHINE_WORDS.search("# 1.2 ms, measured on an AMD EPYC")
     assert not MACHINE_WORDS.search("@dataclass(frozen=True)")
+
+
+def test_dir_lists_the_public_api_that_loads_on_first_use():
+    import tformer_cli as tformer
+
+    assert dir(tformer) == sorted(tformer.__all__)
+    assert {"load", "train", "runs", "compare", "setup", "TformerError"} <= set(dir(tformer))
+    assert all(getattr(tformer, name) is not None for name in dir(tformer))
