@@ -1,5 +1,6 @@
-"""Gates on the package as a whole, read with ``ast`` and text, nothing imported: functions and
-modules stay short enough to read, and the code says what it does, not what it measured."""
+"""Gates on the package as a whole, read with ``ast`` and text: functions and modules stay short
+enough to read, and the code says what it does, not what it measured; and what
+``import tformer_cli`` offers a notebook's tab completion."""
 
 from __future__ import annotations
 
@@ -119,3 +120,11 @@ def test_the_gates_catch_what_they_guard(tmp_path: Path):
     for fine in ("# 3 x (B, h, T, d_k)", "# its 95% interval", "# 1 GiB", "x = 2  # 5x5 grid"):
         assert not measured_figures(fine + "\n"), fine
     assert not measured_figures('s = "1.7x"  # a string, not a comment\n')
+
+
+def test_dir_lists_the_public_api_that_loads_on_first_use():
+    import tformer_cli as tformer
+
+    assert dir(tformer) == sorted(tformer.__all__)
+    assert {"load", "train", "runs", "compare", "setup", "TformerError"} <= set(dir(tformer))
+    assert all(getattr(tformer, name) is not None for name in dir(tformer))

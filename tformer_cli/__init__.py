@@ -41,6 +41,11 @@ __all__ = [
 ]  # fmt: skip
 
 
+def __dir__() -> list[str]:
+    """The public names, the lazy ones included (a notebook's tab completion)."""
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     """The public API's names, imported on first use (PEP 562)."""
     if name in PUBLIC:

@@ -3,6 +3,7 @@ holds two tiny runs (``toy``, ``toy2``); a block after ``<!-- not run: ... -->``
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -23,6 +24,14 @@ def test_the_page_has_blocks_and_few_are_shown_only():
     assert len(found) >= 8 and sum(not runs for runs, _ in found) == 1
 
 
+def traced_pieces(out: str) -> set[str]:
+    """The candidate tokens printed by the trace block: ``step number parent [(token, status)]``."""
+    lines = [re.fullmatch(r"\d+ \d+ (?:None|\d+) (\[.*\])", line) for line in out.splitlines()]
+    found = [c for m in lines if m for c, _ in ast.literal_eval(m[1])]
+    assert found, "no trace lines"
+    return set(found)
+
+
 def test_the_python_page_s_examples_run(tmp_path, make_run, monkeypatch, capsys):
     make_run(tmp_path / "runs" / "toy")
     make_run(tmp_path / "runs" / "toy2", seed=1)
@@ -37,6 +46,11 @@ def test_the_python_page_s_examples_run(tmp_path, make_run, monkeypatch, capsys)
             exec(compile(code, str(PAGE), "exec"), namespace)
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "0.6"  # the run's own beam_alpha
+    vocabulary = namespace["trace"].tokenizer.get_vocab()
+    assert traced_pieces(out) <= set(vocabulary)  # the trace's tokens as text, not ids
+    shown = namespace["comparison"]  # compare() prints nothing, as evaluate(); print() shows it
+    assert "tformer compare" not in out and "tformer compare  2 runs" in str(shown)
+    assert "<table>" in shown._repr_html_()
     assert (tmp_path / "out.txt").read_text().count("\n") == 2
     assert namespace["comparison"].names == ["toy", "toy2"]
 

@@ -66,14 +66,14 @@ def show_run(
 
 
 def compare_runs(
-    runs: Sequence[Path], console: Console, log: Console | None = None, *, beam: int = 5,
+    runs: Sequence[Path], console: Console | None, log: Console | None = None, *, beam: int = 5,
     alpha: float | None = None, seed: int = 1234, keep: bool = False, save: Path | None = None,
     x: str = "updates", as_json: bool = False, quiet: bool = False, **request: Any,
 ) -> Comparison:  # fmt: skip
     """``tformer compare``: the runs on the same data with paired significance tests against
-    the first, printed on ``console``; ``alpha``: default the first run's ``beam_alpha``;
-    ``keep``: each evaluation kept in its run. ``request``: the other fields of
-    ``EvalRequest`` (data, split, limit, device...)."""
+    the first, printed on ``console`` (``None``: not printed); ``alpha``: default the first
+    run's ``beam_alpha``; ``keep``: each evaluation kept in its run. ``request``: the other
+    fields of ``EvalRequest`` (data, split, limit, device...)."""
     from tformer_cli.api.run import length_penalty
     from tformer_cli.report.compare import compare_runs as compare
     from tformer_cli.report.evaluation import EvalConfig
@@ -83,8 +83,9 @@ def compare_runs(
         alpha = length_penalty(alpha, runs[0])
     cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
     asked = EvalRequest(config=cfg, **request)
+    shown = console or Console(quiet=True)
     return compare(
-        runs, console, asked, keep=keep, save=save, x=x, as_json=as_json, err=log, quiet=quiet
+        runs, shown, asked, keep=keep, save=save, x=x, as_json=as_json, err=log, quiet=quiet
     )
 
 

@@ -148,12 +148,13 @@ def compare(
     quiet: bool = True,
 ) -> Comparison:  # fmt: skip
     """``tformer compare``: the runs on the same data with paired significance tests (the first
-    is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints the tables."""
+    is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints nothing: a
+    notebook shows the comparison's tables, as ``print`` does."""
     from tformer_cli.api.reports import compare_runs
 
     paths = [as_path(r, "runs") for r in runs]
     with threads_kept():
         return compare_runs(
-            paths, Console(), beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
+            paths, None, beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
             split=split, limit=limit,
         )  # fmt: skip

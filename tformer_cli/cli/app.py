@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tformer_cli import __version__
-from tformer_cli.cli.help import examples, lay_out
+from tformer_cli.cli.help import examples, in_order, lay_out
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
@@ -28,12 +28,16 @@ HELP = {"help_option_names": ["-h", "--help"]}
 
 
 class Group(typer.core.TyperGroup):
-    """``tformer`` and ``tformer tokenizer``: their options laid out as the commands' are."""
+    """``tformer`` and ``tformer tokenizer``: their options laid out as the commands' are, their
+    commands listed in the order of a run's life (``help.ORDER``)."""
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)
         lay_out("", params)
         return params
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return in_order(super().list_commands(ctx))
 
 
 app = typer.Typer(

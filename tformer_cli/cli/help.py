@@ -97,16 +97,26 @@ def nameless(kind: Any) -> Any:
     return quiet
 
 
+def usage(argument: Any) -> list[str]:
+    """An argument on the usage line, as click writes it: ``TEXT``, ``[RUN]``, ``[TEXTS]...``;
+    nothing for a hidden one (an old spelling, kept for a release, that no panel explains)."""
+    if argument.hidden:
+        return []
+    name = argument.metavar if argument.required else f"[{argument.metavar}]"
+    return [name + ("..." if argument.nargs != 1 else "")]
+
+
 def lay_out(command: str, params: list[Any]) -> None:
     """Give each option of ``command`` its panel and plain metavar, and show no bounds in the
-    type column (an out-of-range value names them) and no type beside an argument."""
+    type column (an out-of-range value names them), no type beside an argument, and no hidden
+    argument on the usage line."""
     for param in params:
         if param.param_type_name == "argument":  # its name says what it is: no type column
             param.display_type_rich = lambda ctx: None  # typer >= 0.29 (its own types)
             if hasattr(param, "type"):  # click's type, before: 0.27-0.28 show its metavar
                 param.type = nameless(param.type)
-            if not param.required:  # a required one shows its name as it is
-                param.metavar = param.metavar or param.name.upper()
+            param.metavar = param.metavar or param.name.upper()
+            param.get_usage_pieces = lambda ctx, argument=param: usage(argument)
         if param.param_type_name != "option":
             continue
         if param.metavar is None:
@@ -115,6 +125,18 @@ def lay_out(command: str, params: list[Any]) -> None:
         if panel and getattr(param, "rich_help_panel", None) is None:
             param.rich_help_panel = panel
         param._get_number_range_help_str = lambda: None
+
+
+# The commands in the order of a run's life, as `tformer -h` and docs/cli.md list them.
+ORDER = (
+    "train", "average", "translate", "inspect-attention", "eval", "runs", "show", "compare",
+    "serve", "export", "import", "tokenizer",
+)  # fmt: skip
+
+
+def in_order(names: list[str]) -> list[str]:
+    """``names`` (of a group's commands) in ``ORDER``, any other after them as they were."""
+    return sorted(names, key=lambda name: ORDER.index(name) if name in ORDER else len(ORDER))
 
 
 # Two examples in each command's help (the epilog), from the toy run that `tformer train` makes.

@@ -13,6 +13,7 @@ approximate randomization (Riezler & Maxwell 2005), with their p-values. Render:
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -228,6 +229,16 @@ class Comparison:
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.runs]
+
+    def __str__(self) -> str:
+        """The tables ``tformer compare`` prints, as text: ``print(comparison)``."""
+        text = io.StringIO()
+        Console(file=text, width=100, color_system=None).print(render_comparison(self))
+        return text.getvalue()
+
+    def _repr_html_(self) -> str:
+        """A notebook's display: the tables of ``tformer compare --save FILE.html``."""
+        return comparison_html(self)
 
 
 def measure(scored: Sequence[Scored], n_bootstrap: int, n_ar: int) -> Comparison:
