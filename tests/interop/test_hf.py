@@ -366,6 +366,15 @@ def test_train_init_from_fine_tunes_an_import_with_its_target_tokenizer(
     assert list(cached_train_split(runs, before).tgt) == encode(run.tokenizer, tgt)
 
 
+def test_an_import_exported_again_comes_back_with_its_bias_and_target_tokenizer(imported, tmp_path):
+    back = import_marian(str(export_hf(imported, tmp_path / "hf")), tmp_path / "runs", "back")
+    assert RunConfig.load(back).model == RunConfig.load(imported).model  # SiLU, output bias
+    ours, theirs = torch.load(imported / "model.pt"), torch.load(back / "model.pt")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    for name in ("tokenizer.json", TARGET_TOKENIZER):
+        assert (back / name).read_text() == (imported / name).read_text()
+
+
 def test_what_is_not_an_importable_marian_checkpoint_is_one_line_and_writes_nothing(
     marian_folder, toy_run, tmp_path
 ):

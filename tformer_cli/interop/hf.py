@@ -19,6 +19,7 @@ tokenizer, and no ids banned.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import warnings
@@ -43,9 +44,9 @@ from tformer_cli.data.tokenizer import (
     SPECIAL_TOKENS,
     UNK_ID,
     load_tokenizer,
-    save_tokenizer,
 )
 from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write_text
 from tformer_cli.interop.folder import write_folder
 from tformer_cli.interop.marian import POSITION_KEYS, from_marian, to_marian
 from tformer_cli.model import Transformer
@@ -128,14 +129,25 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
         pad_token_id=PAD_ID, max_length=cfg.max_positions, num_beams=1,
     )  # fmt: skip
 
+    raw = json.loads((run.run_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    raw["post_processor"] = json.loads(tok.to_str())["post_processor"]
+
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         fast.save_pretrained(tmp)
         generation.save_pretrained(tmp)
+        # the run's own JSON, not the tokenizer's as transformers saves it again (its scores
+        # parsed and printed anew, its special tokens added): the way back gets it unchanged
+        atomic_write_text(tmp / "tokenizer.json", tokenizer_json(raw), durable=False)
         if (run.run_dir / TARGET_TOKENIZER).is_file():
             shutil.copyfile(run.run_dir / TARGET_TOKENIZER, tmp / TARGET_TOKENIZER)
 
     return write_folder(out_dir, fill)
+
+
+def tokenizer_json(raw: dict[str, Any]) -> str:
+    """A tokenizer's JSON as ``tokenizers`` saves it (the same bytes, numbers and all)."""
+    return json.dumps(raw, indent=2, ensure_ascii=False)
 
 
 def run_settings(config: RunConfig) -> dict[str, Any]:
@@ -149,14 +161,13 @@ def run_settings(config: RunConfig) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- import
 class Made(NamedTuple):
-    """A run about to be written: its settings, weights and tokenizers (``target``: the target
-    side's, where it differs from the source side's)."""
+    """A run about to be written: its settings, weights and tokenizers (the JSON of each file:
+    ``tokenizer.json``, and ``target_tokenizer.json`` where the target side's differs)."""
 
     model: ModelConfig
     train: TrainConfig
     state: dict[str, torch.Tensor]
-    tokenizer: Tokenizer
-    target: Tokenizer | None
+    tokenizers: dict[str, str]
 
 
 def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
@@ -171,9 +182,8 @@ def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = Non
     made = (exported_run if is_export else marian_run)(source, where, config)
 
     def fill(tmp: Path) -> None:
-        save_tokenizer(made.tokenizer, tmp / "tokenizer.json")
-        if made.target is not None:
-            save_tokenizer(made.target, tmp / TARGET_TOKENIZER)
+        for name, text in made.tokenizers.items():
+            atomic_write_text(tmp / name, text)
         atomic_torch_save(tmp / "model.pt", made.state)
         RunConfig(made.model, made.train, imported_from=source).save(tmp)
 
@@ -249,14 +259,16 @@ def marian_run(source: str, where: str, config: Any) -> Made:
         data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
         vocab_size=cfg.vocab_size, max_len=cfg.max_positions,
     )  # fmt: skip
-    target = None if tgt_tok.to_str() == src_tok.to_str() else tgt_tok
-    return Made(cfg, train, net.state_dict(), src_tok, target)
+    tokenizers = {"tokenizer.json": src_tok.to_str(pretty=True)}
+    if tgt_tok.to_str() != src_tok.to_str():
+        tokenizers[TARGET_TOKENIZER] = tgt_tok.to_str(pretty=True)
+    return Made(cfg, train, net.state_dict(), tokenizers)
 
 
 def exported_run(source: str, where: str, config: Any) -> Made:
     """One of tformer's exports as the run it was: its settings from the ``tformer`` entry,
-    the weights in its own ids (nothing banned, no output bias it did not have), its tokenizer
-    as tformer reads it (without the ``</s>`` that transformers appends to each source)."""
+    the weights in its own ids (nothing banned, no output bias it did not have), its tokenizers'
+    JSON as the run had it (less the post-processor that appends ``</s>`` for transformers)."""
     from transformers.utils import cached_file
 
     settings = getattr(config, SETTINGS)
@@ -278,16 +290,16 @@ def exported_run(source: str, where: str, config: Any) -> Made:
         raise TformerError(
             f"{source}: its weights do not fit its tformer settings ({first_line(e)})"
         ) from None
-    tokenizer, target = (
-        cached_file(where, name, _raise_exceptions_for_missing_entries=False)
-        for name in ("tokenizer.json", TARGET_TOKENIZER)
-    )
-    if tokenizer is None:
+    tokenizers = {}
+    for name in ("tokenizer.json", TARGET_TOKENIZER):
+        file = cached_file(where, name, _raise_exceptions_for_missing_entries=False)
+        if file is not None:
+            load_tokenizer(Path(file))  # a one-line error unless tformer can use it
+            raw = json.loads(Path(file).read_text(encoding="utf-8"))
+            tokenizers[name] = tokenizer_json({**raw, "post_processor": None})
+    if "tokenizer.json" not in tokenizers:
         raise TformerError(f"{source} has no tokenizer.json: export the run again")
-    return Made(
-        cfg, train, net.state_dict(), load_tokenizer(Path(tokenizer)),
-        load_tokenizer(Path(target)) if target else None,
-    )  # fmt: skip
+    return Made(cfg, train, net.state_dict(), tokenizers)
 
 
 def check_hub(name: str) -> None:
