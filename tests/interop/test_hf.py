@@ -173,6 +173,8 @@ def test_an_export_that_cannot_come_back_says_why_in_one_line(exported, tmp_path
     (plain / "config.json").write_text(json.dumps(raw))
     result = cli("import", plain, "--runs-dir", runs)
     assert_one_line_error(result, "has no source.spm, target.spm, vocab.json")
+    (plain / "config.json").write_text(json.dumps({**raw, "tformer": {"model": "?"}}))
+    assert_one_line_error(cli("import", plain, "--runs-dir", runs), "tformer settings are corrupt")
     settings["model"]["n_decoder_layers"] += 1
     (plain / "config.json").write_text(json.dumps({**raw, "tformer": settings}))
     assert_one_line_error(cli("import", plain, "--runs-dir", runs), "do not fit its tformer")
