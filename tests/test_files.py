@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write, atomic_write_text
+from tformer_cli.files import atomic_write, atomic_write_text, give_usual_mode, umask
 
 
 def save(path: Path, obj: object) -> None:
@@ -69,6 +69,24 @@ def test_written_files_get_the_usual_permissions_not_mkstemps_0600(tmp_path):
     finally:
         os.umask(umask)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_the_usual_mode_is_opens_and_mkdirs_under_the_umask_which_it_keeps(tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        (tmp_path / "plain").write_text("x")  # what open() and mkdir give
+        (tmp_path / "plain-dir").mkdir()
+        os.close(os.open(tmp_path / "file", os.O_CREAT | os.O_WRONLY, 0o600))
+        (tmp_path / "dir").mkdir(mode=0o700)
+        for name in ("file", "dir"):
+            give_usual_mode(tmp_path / name)
+        assert umask() == mask
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes["file"] == modes["plain"] and modes["dir"] == modes["plain-dir"]
+    assert (modes["file"], modes["dir"]) == (0o666 & ~mask, 0o777 & ~mask)
 
 
 def test_writing_onto_a_folder_names_the_folder_not_a_temporary_file(tmp_path):

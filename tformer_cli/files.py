@@ -40,6 +40,20 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """The process's file mode creation mask (read by setting it and back: there is no getter)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def give_usual_mode(path: Path) -> None:
+    """Give ``path`` the mode a plain ``open()`` or ``mkdir`` would: 0666 (a file) or 0777 (a
+    folder) less the umask, where ``mkstemp``, ``mkdtemp`` and some writers (safetensors) make
+    0600 or 0700."""
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
+
+
 def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool = True) -> None:
     """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file.
 
@@ -59,9 +73,7 @@ def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool =
     os.close(fd)
     try:
         write(Path(tmp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
+        give_usual_mode(Path(tmp))  # mkstemp makes 0600
         if durable:
             sync_file(Path(tmp))
         os.replace(tmp, path)

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from tformer_cli.data.data_cache import CACHE_DIR, read_split
 from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import EOS_ID, PAD_ID, decode, encode
 from tformer_cli.decode.translate import translate_ids
+from tformer_cli.files import umask
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.model import Transformer
 from tformer_cli.report.runs import collect_run
@@ -115,6 +117,71 @@ def test_a_pre_ln_run_is_refused_in_one_line_naming_the_ctranslate2_route(
     result = cli("export", "-m", pre_ln_learned_run, "--to", "hf", "-o", tmp_path / "out")
     assert_one_line_error(result, "pre-LN", "--to ctranslate2")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- round trip
+def with_beam_alpha(run_dir: Path, alpha: float, copy: Path) -> Path:
+    """A copy of the run whose beam search ranks by ``alpha`` (training never reads it)."""
+    copy.mkdir()
+    for name in ("model.pt", "tokenizer.json"):
+        shutil.copyfile(run_dir / name, copy / name)
+    config = RunConfig.load(run_dir)
+    dataclasses.replace(config, train=dataclasses.replace(config.train, beam_alpha=alpha)).save(
+        copy
+    )
+    return copy
+
+
+def translations(run_dir: Path, texts: list[str], *options: str) -> str:
+    result = cli("translate", "-m", run_dir, *options, *texts)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("alpha", [None, 1.2], ids=["default-alpha", "alpha-1.2"])
+def test_an_export_imports_back_as_the_run_it_was(toy_run, alpha, toy_test, tmp_path):
+    run = toy_run if alpha is None else with_beam_alpha(toy_run, alpha, tmp_path / "run")
+    exported, runs = tmp_path / "hf", tmp_path / "runs"
+    result = cli("export", "-m", run, "--to", "hf", "-o", exported)
+    assert result.exit_code == 0, result.output
+    result = cli("import", exported, "--runs-dir", runs, "--name", "back")
+    assert result.exit_code == 0, result.output
+    back, config = runs / "back", RunConfig.load(run)
+    assert RunConfig.load(back).model == config.model  # dropout and no output bias included
+    assert RunConfig.load(back).train.beam_alpha == config.train.beam_alpha == (alpha or 0.6)
+    assert RunConfig.load(back).train.precision == config.train.precision == "fp32"
+    assert (back / "tokenizer.json").read_text() == (run / "tokenizer.json").read_text()
+    ours, theirs = torch.load(run / "model.pt"), torch.load(back / "model.pt")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    texts = toy_test[:30]
+    for beam in ("1", "5"):
+        assert translations(back, texts, "-k", beam) == translations(run, texts, "-k", beam)
+    if alpha is not None:  # and alpha changes the beam's choice for some of these texts
+        assert translations(back, texts, "-k", "5") != translations(run, texts, "--alpha", "0.6")
+
+
+def test_the_export_writes_its_weights_with_the_mode_of_its_other_files(exported):
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in exported.iterdir()}
+    assert modes["model.safetensors"] == modes["tokenizer.json"] == 0o666 & ~umask()
+
+
+def test_an_export_that_cannot_come_back_says_why_in_one_line(exported, tmp_path):
+    runs = tmp_path / "runs"
+    plain = shutil.copytree(exported, tmp_path / "plain")  # a Marian folder without spm files
+    raw = json.loads((plain / "config.json").read_text())
+    settings = raw.pop("tformer")
+    (plain / "config.json").write_text(json.dumps(raw))
+    result = cli("import", plain, "--runs-dir", runs)
+    assert_one_line_error(result, "has no source.spm, target.spm, vocab.json")
+    (plain / "config.json").write_text(json.dumps({**raw, "tformer": {"model": "?"}}))
+    assert_one_line_error(cli("import", plain, "--runs-dir", runs), "tformer settings are corrupt")
+    settings["model"]["n_decoder_layers"] += 1
+    (plain / "config.json").write_text(json.dumps({**raw, "tformer": settings}))
+    assert_one_line_error(cli("import", plain, "--runs-dir", runs), "do not fit its tformer")
+    untokenized = shutil.copytree(exported, tmp_path / "untokenized")
+    (untokenized / "tokenizer.json").unlink()
+    assert_one_line_error(cli("import", untokenized, "--runs-dir", runs), "has no tokenizer.json")
+    assert not runs.exists() or list(runs.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------- import
@@ -299,6 +366,15 @@ def test_train_init_from_fine_tunes_an_import_with_its_target_tokenizer(
     before = set(runs.glob(f"{CACHE_DIR}/encoded-*"))
     assert not (tune(shared, "plain") / TARGET_TOKENIZER).exists()
     assert list(cached_train_split(runs, before).tgt) == encode(run.tokenizer, tgt)
+
+
+def test_an_import_exported_again_comes_back_with_its_bias_and_target_tokenizer(imported, tmp_path):
+    back = import_marian(str(export_hf(imported, tmp_path / "hf")), tmp_path / "runs", "back")
+    assert RunConfig.load(back).model == RunConfig.load(imported).model  # SiLU, output bias
+    ours, theirs = torch.load(imported / "model.pt"), torch.load(back / "model.pt")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    for name in ("tokenizer.json", TARGET_TOKENIZER):
+        assert (back / name).read_text() == (imported / name).read_text()
 
 
 def test_what_is_not_an_importable_marian_checkpoint_is_one_line_and_writes_nothing(

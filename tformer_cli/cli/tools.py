@@ -139,7 +139,8 @@ def import_command(
 
     translate, eval (give --data: an import has no data of its own), inspect-attention, serve
     and train --init-from use it as a trained run; tformer runs lists it as imported. Offline
-    (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache.
+    (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache. A folder made by export --to hf
+    comes back as the run it was: its weights, tokenizer, beam_alpha and precision.
     """
     from tformer_cli.api.reports import import_run
 

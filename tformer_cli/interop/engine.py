@@ -18,8 +18,8 @@ tformer's settings in CTranslate2's terms (``translate_batch``):
 - sampling: ``sampling_temperature``, ``sampling_topk`` (0: no cut), ``sampling_topp``, after
   ``set_random_seed(seed)``: the same command draws the same samples (CTranslate2 seeds each of
   its threads at its first draw, so later calls in one process go on from there); no epsilon;
-- threads: ``intra_threads`` = torch's CPU threads for the run (``--threads``, else
-  ``$TFORMER_THREADS``, else the idle cores).
+- threads: ``intra_threads`` = torch's CPU threads for the command (``$TFORMER_THREADS``, or
+  ``--threads`` where the command has it: docs/cli.md).
 
 A hypothesis' ``score`` is CTranslate2's (``return_scores``), its ``logprob`` that score times
 the penalty it was divided by, and it is ``finished`` when it ends in ``</s>``

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tformer_cli.errors import TformerError
-from tformer_cli.files import sync_dir
+from tformer_cli.files import give_usual_mode, sync_dir
 
 
 def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = False) -> Path:
     """Call ``fill(tmp)`` on a new empty folder beside ``target``, then rename it to ``target``:
-    an error or Ctrl-C on the way leaves nothing behind. ``target`` must not exist (an empty
+    an error or Ctrl-C on the way leaves nothing behind. What ``fill`` wrote gets the modes a
+    plain ``open()`` or ``mkdir`` would give it. ``target`` must not exist (an empty
     folder may), unless ``replace``."""
     if target.exists() and not replace and not (target.is_dir() and not any(target.iterdir())):
         raise TformerError(f"{target} already exists: give a new folder")
@@ -25,7 +26,9 @@ def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = Fal
         raise TformerError(f"cannot write {target}: {e.strerror or e}") from None
     try:
         fill(tmp)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual permissions
+        for path in (tmp, *tmp.rglob("*")):  # mkdtemp makes 0700, safetensors 0600
+            if not path.is_symlink():
+                give_usual_mode(path)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -34,9 +37,3 @@ def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = Fal
         raise
     sync_dir(target.parent)
     return target
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -9,14 +9,22 @@ its ``<pad>`` row (``decoder_start_token_id``), which becomes our ``<s>`` as wel
 ``tokenizers`` Unigram over that one vocabulary (pieces the side's model lacks get a score far
 below the unknown-piece penalty, so they are never chosen): ``tokenizer.json`` encodes sources,
 ``target_tokenizer.json`` targets.
+
+An export keeps, in its ``config.json`` under ``tformer``, the run's settings that Marian's
+config cannot hold (its ``ModelConfig``, and the ``beam_alpha``, precision and languages that
+decoding reads); importing it gives back the run as it was: the same weights and ids, its own
+tokenizer, and no ids banned.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
@@ -28,16 +36,17 @@ from tformer_cli.checkpoint import (
     atomic_torch_save,
     load_run,
 )
-from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
     SPECIAL_TOKENS,
     UNK_ID,
-    save_tokenizer,
+    load_tokenizer,
 )
 from tformer_cli.errors import TformerError
+from tformer_cli.files import atomic_write_text
 from tformer_cli.interop.folder import write_folder
 from tformer_cli.interop.marian import POSITION_KEYS, from_marian, to_marian
 from tformer_cli.model import Transformer
@@ -45,6 +54,10 @@ from tformer_cli.model import Transformer
 BANNED = -1e4  # output bias of the ids Marian never generates: finite, so training stays finite
 HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
 ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu"}  # Marian's names -> ours
+SETTINGS = "tformer"  # the config.json entry of an export that holds the run's own settings
+TRAVELS = ("beam_alpha", "precision", "max_len", "src_lang", "tgt_lang", "vocab_size",
+           "tokenizer_kind")  # fmt: skip  # the TrainConfig fields an export carries
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # what MarianTokenizer reads
 
 
 def quiet_transformers() -> None:
@@ -69,9 +82,13 @@ def marian_refusal(cfg: ModelConfig) -> str | None:
 def export_hf(run_dir: Path, out_dir: Path) -> Path:
     """Write the run as a ``MarianMTModel`` folder that transformers' ``AutoTokenizer`` and
     ``AutoModelForSeq2SeqLM`` load (and, in transformers 4, ``pipeline("translation")``):
-    config, safetensors weights, a ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending
-    ``</s>`` to each source) and a generation config whose length limit is the run's. Whole or
-    not at all."""
+    config (with the run's own settings under ``tformer``), safetensors weights, a
+    ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending ``</s>`` to each source; an
+    import's target tokenizer beside it) and a generation config: greedy (``generate()`` finds
+    what ``translate --greedy`` finds) within the model's positions. The run's ``beam_alpha``
+    stays under ``tformer`` only: transformers' ``length_penalty`` divides by |Y|^alpha, not by
+    GNMT's ((5 + |Y|) / 6)^alpha, and the same alpha would rank beams otherwise. Whole or not at
+    all."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
     quiet_transformers()
@@ -91,6 +108,7 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
         pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
         decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
+        **{SETTINGS: run_settings(run.config)},
     )  # fmt: skip
     model = MarianMTModel(config).eval()
     missing, unexpected = model.load_state_dict(
@@ -111,27 +129,127 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
         pad_token_id=PAD_ID, max_length=cfg.max_positions, num_beams=1,
     )  # fmt: skip
 
+    raw = json.loads((run.run_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    raw["post_processor"] = json.loads(tok.to_str())["post_processor"]
+
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         fast.save_pretrained(tmp)
         generation.save_pretrained(tmp)
+        # the run's own JSON, not the tokenizer's as transformers saves it again (its scores
+        # parsed and printed anew, its special tokens added): the way back gets it unchanged
+        atomic_write_text(tmp / "tokenizer.json", tokenizer_json(raw), durable=False)
+        if (run.run_dir / TARGET_TOKENIZER).is_file():
+            shutil.copyfile(run.run_dir / TARGET_TOKENIZER, tmp / TARGET_TOKENIZER)
 
     return write_folder(out_dir, fill)
 
 
+def tokenizer_json(raw: dict[str, Any]) -> str:
+    """A tokenizer's JSON as ``tokenizers`` saves it (the same bytes, numbers and all)."""
+    return json.dumps(raw, indent=2, ensure_ascii=False)
+
+
+def run_settings(config: RunConfig) -> dict[str, Any]:
+    """What an export keeps of the run's ``config.json``: its model settings, the training
+    settings that decoding reads (``TRAVELS``), and its data where they name no local path."""
+    train = {name: getattr(config.train, name) for name in TRAVELS}
+    data = config.train.data
+    train["data"] = data if data == "toy" or data.startswith("hf:") else "none"
+    return {"model": dataclasses.asdict(config.model), "train": train}
+
+
 # ---------------------------------------------------------------------------- import
+class Made(NamedTuple):
+    """A run about to be written: its settings, weights and tokenizers (the JSON of each file:
+    ``tokenizer.json``, and ``target_tokenizer.json`` where the target side's differs)."""
+
+    model: ModelConfig
+    train: TrainConfig
+    state: dict[str, torch.Tensor]
+    tokenizers: dict[str, str]
+
+
 def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
     """Make ``runs_dir/name`` a run from a Marian checkpoint: ``hf:NAME`` (the Hub, or its
-    cache with ``HF_HUB_OFFLINE=1``) or a folder. Whole or not at all."""
+    cache with ``HF_HUB_OFFLINE=1``) or a folder; one of tformer's exports (``--to hf``) comes
+    back as the run it was. Whole or not at all."""
     run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
     if run_dir.exists():
         raise TformerError(f"{run_dir} already exists: give the import another --name")
-    model, tokenizer = load_marian(source)
-    cfg, order = run_config(model.config, tokenizer)
+    where, config = marian_config(source)
+    is_export = getattr(config, SETTINGS, None) is not None
+    made = (exported_run if is_export else marian_run)(source, where, config)
+
+    def fill(tmp: Path) -> None:
+        for name, text in made.tokenizers.items():
+            atomic_write_text(tmp / name, text)
+        atomic_torch_save(tmp / "model.pt", made.state)
+        RunConfig(made.model, made.train, imported_from=source).save(tmp)
+
+    return write_folder(run_dir, fill)
+
+
+def marian_config(source: str) -> tuple[str, Any]:
+    """Where ``transformers`` finds ``source`` (``hf:NAME`` or a folder), and its Marian config;
+    one-line errors for an unreachable Hub, a missing model, a CTranslate2 export or a folder
+    that is not a Marian checkpoint."""
+    from transformers import AutoConfig
+
+    quiet_transformers()
+    where = source.removeprefix("hf:")
+    if source.startswith("hf:"):
+        check_hub(where)
+    elif not Path(where).is_dir():
+        raise TformerError(f"{source} is not a folder; a model on the Hub is hf:NAME")
+    elif (Path(where) / "model.bin").is_file():  # CTranslate2's weights: never transformers'
+        raise TformerError(
+            f"{source} is a CTranslate2 export: tformer cannot import CTranslate2 models (use the"
+            " run it was exported from, or that run's export --to hf)"
+        )
+    try:
+        config = AutoConfig.from_pretrained(where)
+    except Exception as e:  # missing config.json, bad JSON, unknown model type, network
+        raise TformerError(f"{source} is not a Hugging Face model ({first_line(e)})") from None
+    if config.model_type != "marian":
+        raise TformerError(f"{source} is a {config.model_type} model, not a Marian one")
+    return where, config
+
+
+def marian_model(source: str, where: str) -> Any:
+    """The ``MarianMTModel`` at ``where``, in eval mode; a one-line error for missing or corrupt
+    weights."""
+    from transformers import MarianMTModel
+
+    try:
+        return MarianMTModel.from_pretrained(where).eval()
+    except Exception as e:  # missing weights, a corrupt file
+        raise TformerError(f"{source}: cannot load its Marian model ({first_line(e)})") from None
+
+
+def marian_run(source: str, where: str, config: Any) -> Made:
+    """A Marian checkpoint as opus-mt's are laid out (SentencePiece per side, one vocabulary),
+    its ids permuted to tformer's special ids (see the module's docstring)."""
+    from transformers import MarianTokenizer
+
+    local = not source.startswith("hf:")  # a Hub model's files come with from_pretrained
+    missing = [f for f in MARIAN_FILES if local and not Path(where, f).is_file()]
+    if missing:
+        raise TformerError(
+            f"{source} has no {', '.join(missing)}: not a Marian checkpoint tformer can read"
+        )
+    try:
+        with warnings.catch_warnings():  # "Recommended: pip install sacremoses": see the docs
+            warnings.simplefilter("ignore")
+            tokenizer = MarianTokenizer.from_pretrained(where)
+    except Exception as e:  # missing or corrupt SentencePiece files
+        raise TformerError(f"{source}: cannot load its Marian model ({first_line(e)})") from None
+    model = marian_model(source, where)
+    cfg, order = run_config(config, tokenizer)
     net = Transformer(cfg)
     state = net.state_dict()  # our own position tables (sinusoid buffers) stay
     state.update(from_marian(model.state_dict(), cfg, order))
-    if order[BOS_ID] == model.config.pad_token_id:  # Marian's start row: never generated
+    if order[BOS_ID] == config.pad_token_id:  # Marian's start row: never generated
         state["generator.bias"][BOS_ID] = BANNED
     state["generator.bias"][PAD_ID] = BANNED
     net.load_state_dict(state)
@@ -141,41 +259,47 @@ def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = Non
         data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
         vocab_size=cfg.vocab_size, max_len=cfg.max_positions,
     )  # fmt: skip
-
-    def fill(tmp: Path) -> None:
-        save_tokenizer(src_tok, tmp / "tokenizer.json")
-        if tgt_tok.to_str() != src_tok.to_str():
-            save_tokenizer(tgt_tok, tmp / TARGET_TOKENIZER)
-        atomic_torch_save(tmp / "model.pt", net.state_dict())
-        RunConfig(cfg, train, imported_from=source).save(tmp)
-
-    return write_folder(run_dir, fill)
+    tokenizers = {"tokenizer.json": src_tok.to_str(pretty=True)}
+    if tgt_tok.to_str() != src_tok.to_str():
+        tokenizers[TARGET_TOKENIZER] = tgt_tok.to_str(pretty=True)
+    return Made(cfg, train, net.state_dict(), tokenizers)
 
 
-def load_marian(source: str) -> tuple[Any, Any]:
-    """The ``MarianMTModel`` and ``MarianTokenizer`` of ``hf:NAME`` or a folder; one-line errors
-    for an unreachable Hub, a missing model or a folder that is not a Marian checkpoint."""
-    from transformers import AutoConfig, MarianMTModel, MarianTokenizer
+def exported_run(source: str, where: str, config: Any) -> Made:
+    """One of tformer's exports as the run it was: its settings from the ``tformer`` entry,
+    the weights in its own ids (nothing banned, no output bias it did not have), its tokenizers'
+    JSON as the run had it (less the post-processor that appends ``</s>`` for transformers)."""
+    from transformers.utils import cached_file
 
-    quiet_transformers()
-    where = source.removeprefix("hf:")
-    if source.startswith("hf:"):
-        check_hub(where)
-    elif not Path(where).is_dir():
-        raise TformerError(f"{source} is not a folder; a model on the Hub is hf:NAME")
+    settings = getattr(config, SETTINGS)
     try:
-        config = AutoConfig.from_pretrained(where)
-    except Exception as e:  # missing config.json, bad JSON, unknown model type, network
-        raise TformerError(f"{source} is not a Hugging Face model ({first_line(e)})") from None
-    if config.model_type != "marian":
-        raise TformerError(f"{source} is a {config.model_type} model, not a Marian one")
+        cfg = from_dict(ModelConfig, settings["model"])
+        train = from_dict(TrainConfig, settings["train"])
+    except (TformerError, KeyError, TypeError, AttributeError) as e:
+        raise TformerError(
+            f"{source}: its tformer settings are corrupt ({first_line(e)})"
+        ) from None
+    model = marian_model(source, where)
+    net = Transformer(cfg)
     try:
-        with warnings.catch_warnings():  # "Recommended: pip install sacremoses": see the docs
-            warnings.simplefilter("ignore")
-            tokenizer = MarianTokenizer.from_pretrained(where)
-        return MarianMTModel.from_pretrained(where).eval(), tokenizer
-    except Exception as e:  # missing weights or SentencePiece files, a corrupt file
-        raise TformerError(f"{source}: cannot load its Marian model ({first_line(e)})") from None
+        state = from_marian(model.state_dict(), cfg, torch.arange(cfg.vocab_size))
+        if not cfg.output_bias:
+            del state["generator.bias"]
+        net.load_state_dict({**net.state_dict(), **state})
+    except (KeyError, IndexError, RuntimeError) as e:  # weights of another shape or layer count
+        raise TformerError(
+            f"{source}: its weights do not fit its tformer settings ({first_line(e)})"
+        ) from None
+    tokenizers = {}
+    for name in ("tokenizer.json", TARGET_TOKENIZER):
+        file = cached_file(where, name, _raise_exceptions_for_missing_entries=False)
+        if file is not None:
+            load_tokenizer(Path(file))  # a one-line error unless tformer can use it
+            raw = json.loads(Path(file).read_text(encoding="utf-8"))
+            tokenizers[name] = tokenizer_json({**raw, "post_processor": None})
+    if "tokenizer.json" not in tokenizers:
+        raise TformerError(f"{source} has no tokenizer.json: export the run again")
+    return Made(cfg, train, net.state_dict(), tokenizers)
 
 
 def check_hub(name: str) -> None:
