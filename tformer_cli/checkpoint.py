@@ -40,8 +40,15 @@ TARGET_TOKENIZER = "target_tokenizer.json"
 FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 
 
+def torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` through a Python file, so that a failed write (a full disk) surfaces as
+    the ``OSError`` it is (``torch.save`` to a path reports it as a bare ``RuntimeError``)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
 def atomic_torch_save(path: Path, obj: Any) -> None:
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    atomic_write(path, lambda tmp: torch_save(obj, tmp))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ and a file's SHA-256, which names what was made from it (stored evaluations, exp
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -54,6 +55,31 @@ def give_usual_mode(path: Path) -> None:
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
 
 
+# What a storage fault raises: a full disk, a file-size limit, a quota, a read-only file system,
+# a permission denied. Each ends a write with one line naming the file; nothing else is touched.
+STORAGE_FAULTS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def storage_fault(e: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``e``: ``e`` itself, or one it was raised from or while handling
+    (a writer such as ``torch.save`` into a file object reports a failed write as its own
+    ``RuntimeError``, with the ``OSError`` as its context)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def write_error(path: Path, e: OSError) -> TformerError:
+    """The one-line error of a failed write of ``path``."""
+    reason = e.strerror or str(e)
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        reason += " (free some space or lift the limit, then run the command again)"
+    return TformerError(f"cannot write {path}: {reason}")
+
+
 def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool = True) -> None:
     """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file.
 
@@ -69,7 +95,7 @@ def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool =
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
-        raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
+        raise write_error(path, e) from None
     os.close(fd)
     try:
         write(Path(tmp))
@@ -79,8 +105,9 @@ def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool =
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise TformerError(f"cannot write {path}: {e.strerror or e}") from None
+        fault = storage_fault(e) if isinstance(e, Exception) else None
+        if fault is not None:
+            raise write_error(path, fault) from None
         raise
     if durable:
         for folder in (path.parent, *(f.parent for f in made)):

@@ -18,6 +18,8 @@ import pyarrow as pa
 from datasets import Dataset
 from datasets.table import MemoryMappedTable
 
+from tformer_cli.files import write_error
+
 ROWS = 10_000  # pairs a record batch holds: what is read, validated and written at a time
 SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
 
@@ -26,11 +28,14 @@ def write_pairs(pairs: Iterable[tuple[str, str]], path: Path) -> int:
     """Write ``pairs`` (source, target) to the Arrow file ``path``, ``ROWS`` at a time; returns
     how many there were."""
     n, pairs = 0, iter(pairs)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
-        while chunk := list(islice(pairs, ROWS)):
-            src, tgt = zip(*chunk, strict=True)
-            writer.write_batch(pa.record_batch([list(src), list(tgt)], schema=SCHEMA))
-            n += len(chunk)
+    try:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
+            while chunk := list(islice(pairs, ROWS)):
+                src, tgt = zip(*chunk, strict=True)
+                writer.write_batch(pa.record_batch([list(src), list(tgt)], schema=SCHEMA))
+                n += len(chunk)
+    except OSError as e:  # a full disk: name the file (Arrow's message does not)
+        raise write_error(path, e) from None
     return n
 
 
@@ -43,6 +48,13 @@ def file_batches(path: Path) -> Iterator[pa.RecordBatch]:
 def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
     """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, keeping their
     order: one pass, a batch at a time."""
+    try:
+        _route(path, labels, outputs)
+    except OSError as e:
+        raise write_error(path.parent, e) from None
+
+
+def _route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
     with ExitStack() as files:
         writers = [
             files.enter_context(

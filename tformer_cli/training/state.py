@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state
+from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state, torch_save
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.training.schedule import Budget
 
@@ -95,7 +95,7 @@ def save_last(
     }
 
     def write(tmp: Path) -> None:
-        torch.save(payload, tmp)
+        torch_save(payload, tmp)
         on_event("save")
 
     atomic_write(run_dir / "last.pt", write)
