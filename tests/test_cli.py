@@ -258,6 +258,16 @@ def test_translate_prints_one_line_per_input_in_order(tmp_path, make_run):
         assert alone.stdout.splitlines() == [line]
 
 
+def test_translate_threads_set_torch_s_cpu_threads_as_eval_s(tmp_path, make_run):
+    """--threads N decodes on N CPU threads, as eval's (report.eval_run.use_threads)."""
+    run_dir, _ = make_run(tmp_path / "run")
+    run = ["-m", str(run_dir), "--device", "cpu"]
+    args = ["translate", "red", *run, "--greedy", "--max-len-b", "2"]
+    for threads in (2, 1):
+        assert invoke(*args, "--threads", str(threads)).exit_code == 0
+        assert torch.get_num_threads() == threads
+
+
 @pytest.mark.parametrize("options", [["--precision", "int8"], ["--compile", "off"]])
 def test_translate_runs_int8_and_eager_steps_and_bad_values_are_usage_errors(
     tmp_path, make_run, options

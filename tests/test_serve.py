@@ -366,6 +366,18 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]
 
 
+def test_serve_threads_set_torch_s_cpu_threads_as_eval_s(run_dir, monkeypatch):
+    """--threads reaches the loading of the served run, which sets torch's CPU threads."""
+    from tformer_cli.api.serving import load_served
+
+    asked = {}
+    monkeypatch.setattr(serve, "serve", lambda *args, **kwargs: asked.update(kwargs))
+    result = CliRunner().invoke(cli_app, ["serve", "-m", str(run_dir), "--threads", "2"])
+    assert result.exit_code == 0 and asked["threads"] == 2, result.output
+    load_served(run_dir, "cpu", None, "torch", asked["threads"])
+    assert torch.get_num_threads() == 2
+
+
 def test_requests_without_alpha_take_the_runs_beam_alpha(run):
     """The request bodies' default length penalty is the run's ``beam_alpha``."""
     translate_body, attention_body, _ = serve.request_models(LIMITS, 1.2)

@@ -414,13 +414,15 @@ def serve(
     device: str = "auto",
     precision: str | None = None,
     engine: str = "torch",
+    threads: int = 0,
     quiet: bool = False,
 ) -> None:
     """``tformer serve``: load the run once (``precision``: default the run's own), then answer
     HTTP requests until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's export, made on
-    first use)."""
+    first use); ``threads``: torch's CPU threads (0: ``$TFORMER_THREADS``, else the idle
+    cores)."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run, decoder = load_served(model_dir, device, precision, engine)
+    run, decoder = load_served(model_dir, device, precision, engine, threads)
     app = create_app(run, limits, max_tokens, wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host

@@ -44,6 +44,7 @@ from tformer_cli.cli.options import (
     RunPrecision,
     Sample,
     Temperature,
+    Threads,
     TopK,
     TopP,
     declared,
@@ -224,6 +225,7 @@ TRANSLATE = declared(
     precision=(DecodePrecision, None),
     compile=(Compile, "auto"),
     engine=(Engine, "torch"),
+    threads=(Threads, 0),
     quiet=(Quiet, False),
 )
 
@@ -259,7 +261,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     inputs = read_inputs(v.texts, v.file, sys.stdin)
     translator = open_translator(
         v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
-        use_cache=not v.no_cache,
+        use_cache=not v.no_cache, threads=v.threads,
     )  # fmt: skip
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])

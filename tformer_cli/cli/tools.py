@@ -27,6 +27,7 @@ from tformer_cli.cli.options import (
     Quiet,
     RunPrecision,
     T,
+    Threads,
     one_of,
 )
 from tformer_cli.config import MAX_VOCAB, TOKENIZERS, Range
@@ -68,6 +69,7 @@ def serve_command(
     device: Device = "auto",
     precision: RunPrecision = None,
     engine: Engine = "torch",
+    threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
@@ -84,7 +86,8 @@ def serve_command(
     with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
         serve(
             model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
-            wait_ms=wait_ms, device=device, precision=precision, engine=engine, quiet=quiet,
+            wait_ms=wait_ms, device=device, precision=precision, engine=engine, threads=threads,
+            quiet=quiet,
         )  # fmt: skip
 
 
