@@ -268,6 +268,22 @@ def test_translate_threads_set_torch_s_cpu_threads_as_eval_s(tmp_path, make_run)
         assert torch.get_num_threads() == threads
 
 
+def test_a_min_len_past_the_length_limit_is_noted_once(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    args = ["translate", "red cat", "one", "big dog", "-m", str(run_dir), "--device", "cpu"]
+    result = invoke(*args, "--min-len", "500")
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 3
+    note = (
+        "note: --min-len 500 is cut to the length limit (--max-len-a 1.5 x source tokens +"
+        " --max-len-b 10) for sources of up to 326 tokens"
+    )
+    assert [line for line in error_lines(result) if "--min-len" in line] == [note]
+    everyone = invoke(*args, "--min-len", "20", "--max-len-a", "0", "--max-len-b", "4")
+    assert "for every source" in everyone.stderr
+    for quiet in (["--min-len", "3"], ["--min-len", "500", "--quiet"]):
+        assert "--min-len" not in invoke(*args, *quiet).stderr
+
+
 @pytest.mark.parametrize("options", [["--precision", "int8"], ["--compile", "off"]])
 def test_translate_runs_int8_and_eager_steps_and_bad_values_are_usage_errors(
     tmp_path, make_run, options

@@ -278,6 +278,21 @@ def test_decode_config_keeps_nbest_within_the_beam_unless_it_draws():
     assert DecodeConfig(beam=1, nbest=3, mbr=3).nbest == 3
 
 
+@pytest.mark.parametrize(
+    ("min_len", "a", "b", "cut"),
+    [(0, 1.5, 10, None), (13, 1.5, 10, 1), (12, 1.5, 10, None), (500, 1.5, 10, 326),
+     (10, 0.0, 10, math.inf), (9, 0.0, 10, None)],
+)  # fmt: skip
+def test_min_len_cut_is_the_longest_source_whose_limit_it_passes(min_len, a, b, cut):
+    """A source of n tokens (and its </s>) is translated to at most int(a * (n + 1) + b)."""
+    from tformer_cli.config import DecodeConfig
+
+    cfg = DecodeConfig(min_len=min_len, max_len_a=a, max_len_b=b)
+    assert cfg.min_len_cut() == cut
+    capped = [n for n in range(1, 1000) if int(a * (n + 1) + b) <= min_len]
+    assert capped == ([] if cut is None else list(range(1, int(min(cut, 999)) + 1)))
+
+
 @pytest.mark.parametrize("field", ["n_encoder_layers", "h", "d_ff"])
 def test_model_sizes_below_one_name_the_field(field):
     with pytest.raises(SettingError, match=rf"^{field}=0: must be at least 1$"):

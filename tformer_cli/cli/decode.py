@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,6 +88,17 @@ def search_config(
         beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
         sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
     )  # fmt: skip
+
+
+def min_len_note(cfg: DecodeConfig) -> str | None:
+    """The note of a ``--min-len`` that the length limit cuts (``DecodeConfig.min_len_cut``),
+    naming the length used instead; None where none is cut."""
+    cut = cfg.min_len_cut()
+    if cut is None:
+        return None
+    limit = f"--max-len-a {cfg.max_len_a:g} x source tokens + --max-len-b {cfg.max_len_b}"
+    which = "every source" if cut == math.inf else f"sources of up to {cut} tokens"
+    return f"note: --min-len {cfg.min_len} is cut to the length limit ({limit}) for {which}"
 
 
 def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
@@ -263,6 +275,8 @@ def translate(ctx: typer.Context, **values: Any) -> None:
         v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
         use_cache=not v.no_cache, threads=v.threads,
     )  # fmt: skip
+    if (note := min_len_note(cfg)) is not None and not v.quiet:
+        err.print(note, markup=False, highlight=False)
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
     translator = translator.with_engine(v.engine)

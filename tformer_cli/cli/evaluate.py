@@ -21,7 +21,7 @@ from tformer_cli.cli.app import (
     out,
     positional,
 )
-from tformer_cli.cli.decode import run_alpha, search_config
+from tformer_cli.cli.decode import min_len_note, run_alpha, search_config
 from tformer_cli.cli.options import (
     Alpha,
     Compile,
@@ -155,6 +155,8 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
         )  # fmt: skip
     search = dataclasses.replace(search, alpha=run_alpha(v.alpha, v.model))
     check_engine(v.engine, search, len(v.model or [None]))
+    if (note := min_len_note(search)) is not None and not v.quiet:
+        err.print(note, markup=False, highlight=False)
     with destination(None if v.json_out else v.output) as console:
         report = evaluate_runs(
             v.model, search, seed=v.seed, console=None if v.json_out else console, log=err,

@@ -4,6 +4,7 @@ them declare the same)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from tformer_cli.config.fields import OneOf, Range, check_values, values
@@ -55,3 +56,12 @@ class DecodeConfig:
             raise SettingError("beam", self.beam, "must be 1 when sampling (a token drawn a step)")
         if self.sampling is None and not self.mbr and self.nbest > self.beam:
             raise SettingError("nbest", self.nbest, f"needs {{beam}} >= {self.nbest}")
+
+    def min_len_cut(self) -> float | None:
+        """The longest source (tokens, ``</s>`` aside) whose length limit ``a * |src| + b`` is
+        at most ``min_len``, so that its translation ends at the limit instead: ``min_len`` is
+        cut to the limit there. ``None``: no source is that short; ``inf``: every one is."""
+        a, b, shortest = self.max_len_a, self.max_len_b, 2  # one token and its </s>
+        if int(a * shortest + b) > self.min_len:
+            return None
+        return math.inf if a == 0 else math.ceil((self.min_len + 1 - b) / a) - 2
