@@ -45,6 +45,13 @@ from tformer_cli.model import Transformer
 LIMITS = Limits(max_chars=300, max_texts=8, max_body=4096, max_beam=6, timeout=10.0)
 
 
+@pytest.fixture(autouse=True)
+def one_thread_in_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands run here keep torch on the tests' one thread (``--threads`` 0 is
+    ``$TFORMER_THREADS``), so that they compute as the API beside them does."""
+    monkeypatch.setenv("TFORMER_THREADS", "1")
+
+
 def build_reversal_run(run_dir: Path, steps: int = 120) -> Path:
     """A run folder of the tiny model (d_model 32, word-level ``WORDS``) trained for a moment
     to reverse word sequences: it ends sentences at varied lengths, as a real run does."""

@@ -19,6 +19,13 @@ runner = CliRunner()
 TEXTS = ["red blue green", "cat dog", "one two big small bird"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread_in_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands run here keep torch on the tests' one thread (``--threads`` 0 is
+    ``$TFORMER_THREADS``), so that they compute as the API beside them does."""
+    monkeypatch.setenv("TFORMER_THREADS", "1")
+
+
 @pytest.fixture
 def run_dir(tmp_path, make_run) -> Path:
     return make_run(tmp_path / "run")[0]
