@@ -220,7 +220,7 @@ def test_the_command_line_names_a_setting_by_its_option_s_long_form():
     assert error.value.param.name == "top_p"
     assert error.value.format_message() == "Invalid value for '--top-p': 2.0 must be in (0, 1]"
     with pytest.raises(typer.BadParameter) as error, from_options(context("translate")):
-        DecodeConfig(beam=2, nbest=3)  # the rule's other setting written as an option too
+        DecodeConfig(beam=2, nbest=3).nbest_in_beam()  # the rule's other setting: an option too
     assert error.value.format_message() == "Invalid value for '--nbest': 3 needs --beam >= 3"
     with pytest.raises(typer.BadParameter) as error, from_options(context("eval")):
         DecodeConfig(beam=0)

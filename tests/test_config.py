@@ -268,14 +268,15 @@ def test_decode_config_refuses_negative_penalties_and_limits():
             DecodeConfig(**{name: -1})
 
 
-def test_decode_config_keeps_nbest_within_the_beam_unless_it_draws():
+def test_the_faces_keep_nbest_within_the_beam_unless_they_draw():
     from tformer_cli.config import DecodeConfig, SamplingConfig
 
     with pytest.raises(SettingError, match=r"^nbest=3: needs beam >= 3$") as error:
-        DecodeConfig(beam=2, nbest=3)
+        DecodeConfig(beam=2, nbest=3).nbest_in_beam()
     assert error.value.message == "3 needs beam >= 3"  # the server's detail, after "nbest: "
-    assert DecodeConfig(beam=1, nbest=3, sampling=SamplingConfig()).nbest == 3
-    assert DecodeConfig(beam=1, nbest=3, mbr=3).nbest == 3
+    assert DecodeConfig(beam=1, nbest=3, sampling=SamplingConfig()).nbest_in_beam().nbest == 3
+    assert DecodeConfig(beam=1, nbest=3, mbr=3).nbest_in_beam().nbest == 3
+    assert DecodeConfig(beam=2, nbest=3).nbest == 3  # the search itself ranks more than a beam
 
 
 @pytest.mark.parametrize(

@@ -293,7 +293,7 @@ def search(**settings: Any) -> DecodeConfig:
     """The search a request asks for; a setting against ``DecodeConfig``'s rules (``nbest``
     above ``beam``) is a 422 naming its field, as the request's schema names the others."""
     try:
-        return DecodeConfig(**settings)
+        return DecodeConfig(**settings).nbest_in_beam()
     except SettingError as e:
         raise HTTPException(422, f"{e.field}: {e.message}") from None
 

@@ -120,7 +120,7 @@ def decode_config(
     return DecodeConfig(
         beam=1 if draws else beam, alpha=alpha, nbest=nbest, mbr=mbr,
         sampling=SamplingConfig(*sampling) if draws else None, **rest,
-    )  # fmt: skip
+    ).nbest_in_beam()  # fmt: skip
 
 
 class Run:

@@ -87,7 +87,7 @@ def search_config(
     return DecodeConfig(
         beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
         sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
-    )  # fmt: skip
+    ).nbest_in_beam()  # fmt: skip
 
 
 def min_len_note(cfg: DecodeConfig) -> str | None:

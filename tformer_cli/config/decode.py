@@ -54,8 +54,14 @@ class DecodeConfig:
         check_values(self)
         if self.sampling is not None and self.beam > 1:
             raise SettingError("beam", self.beam, "must be 1 when sampling (a token drawn a step)")
+
+    def nbest_in_beam(self) -> DecodeConfig:
+        """This search if its n-best list is no longer than its beam, as translate, the API and
+        the server ask (the search itself ranks the finished hypotheses of every step, more
+        than a beam's); else a ``SettingError``. Draws aside: their n-best are samples."""
         if self.sampling is None and not self.mbr and self.nbest > self.beam:
             raise SettingError("nbest", self.nbest, f"needs {{beam}} >= {self.nbest}")
+        return self
 
     def min_len_cut(self) -> float | None:
         """The longest source (tokens, ``</s>`` aside) whose length limit ``a * |src| + b`` is
