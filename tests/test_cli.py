@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -34,6 +35,11 @@ def plain_environment(tmp_path, monkeypatch):
 
 def invoke(*args: str):
     return runner.invoke(app, list(args))
+
+
+def panel(text: str) -> str:
+    """Typer's usage panel as one line: its box drawn away, its wrapped lines joined."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
 
 
 def error_lines(result) -> list[str]:
@@ -162,9 +168,12 @@ def test_train_with_missing_data_leaves_no_run_folder(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
-def test_train_with_an_unknown_tokenizer_kind_leaves_no_run_folder(tmp_path):
+def test_train_with_an_unknown_tokenizer_kind_is_a_usage_error_and_leaves_no_run_folder(tmp_path):
     result = invoke("train", "--tokenizer", "nope", "--quiet")
-    assert_clean_error(result, "unknown tokenizer kind 'nope'")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "Invalid value for '--tokenizer': Value error, 'nope' must be one of bpe" in panel(
+        result.stderr
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -249,8 +258,34 @@ def test_translate_prints_one_line_per_input_in_order(tmp_path, make_run):
         assert alone.stdout.splitlines() == [line]
 
 
+def test_translate_threads_set_torch_s_cpu_threads_as_eval_s(tmp_path, make_run):
+    """--threads N decodes on N CPU threads, as eval's (report.eval_run.use_threads)."""
+    run_dir, _ = make_run(tmp_path / "run")
+    run = ["-m", str(run_dir), "--device", "cpu"]
+    args = ["translate", "red", *run, "--greedy", "--max-len-b", "2"]
+    for threads in (2, 1):
+        assert invoke(*args, "--threads", str(threads)).exit_code == 0
+        assert torch.get_num_threads() == threads
+
+
+def test_a_min_len_past_the_length_limit_is_noted_once(tmp_path, make_run):
+    run_dir, _ = make_run(tmp_path / "run")
+    args = ["translate", "red cat", "one", "big dog", "-m", str(run_dir), "--device", "cpu"]
+    result = invoke(*args, "--min-len", "500")
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 3
+    note = (
+        "note: --min-len 500 is cut to the length limit (--max-len-a 1.5 x source tokens +"
+        " --max-len-b 10) for sources of up to 326 tokens"
+    )
+    assert [line for line in error_lines(result) if "--min-len" in line] == [note]
+    everyone = invoke(*args, "--min-len", "20", "--max-len-a", "0", "--max-len-b", "4")
+    assert "for every source" in everyone.stderr
+    for quiet in (["--min-len", "3"], ["--min-len", "500", "--quiet"]):
+        assert "--min-len" not in invoke(*args, *quiet).stderr
+
+
 @pytest.mark.parametrize("options", [["--precision", "int8"], ["--compile", "off"]])
-def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
+def test_translate_runs_int8_and_eager_steps_and_bad_values_are_usage_errors(
     tmp_path, make_run, options
 ):
     run_dir, _ = make_run(tmp_path / "run")
@@ -259,28 +294,32 @@ def test_translate_runs_int8_and_eager_steps_and_bad_values_are_one_line_errors(
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 2
     bad = invoke("translate", "red cat", *args[:-1], "int4" if "int8" in options else "maybe")
-    assert bad.exit_code != 0 and "Traceback" not in bad.output
-    assert len(bad.output.strip().splitlines()) == 1
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert f"Invalid value for '{options[0]}'" in panel(bad.stderr)
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--sample", "--temperature", "0"], "temperature must be in [1e-4, 1e4]"),
-        (["--sample", "--top-p", "1.5"], "top-p must be in (0, 1]"),
-        (["--sample", "--epsilon", "1"], "epsilon must be in [0, 1)"),
-        (["--top-k", "3"], "need --sample or --mbr"),
-        (["--mbr", "4", "--mbr-from", "beam", "--temperature", "0.5"], "need --sample or --mbr"),
-        (["--mbr", "4", "--mbr-utility", "ter"], "unknown --mbr-utility 'ter'"),
-        (["--mbr", "4", "--mbr-from", "dice"], "unknown --mbr-from 'dice'"),
+        (["--sample", "--temperature", "0"], "'--temperature': Value error, 0.0 must be in"
+         " [0.0001, 10000]"),
+        (["--sample", "--top-p", "1.5"], "'--top-p': Value error, 1.5 must be in (0, 1]"),
+        (["--sample", "--epsilon", "1"], "'--epsilon': Value error, 1.0 must be in [0, 1)"),
+        (["--top-k", "3"], "'--top-k': needs --sample or --mbr"),
+        (["--mbr", "4", "--mbr-from", "beam", "--temperature", "0.5"],
+         "'--temperature': needs --sample or --mbr"),
+        (["--mbr", "4", "--mbr-utility", "ter"], "'--mbr-utility': Value error, 'ter' must be"
+         " one of chrf, bleu"),
+        (["--mbr", "4", "--mbr-from", "dice"], "'--mbr-from': Value error, 'dice' must be one"
+         " of sample, beam"),
+        (["--beam", "2", "--nbest", "3"], "'--nbest': 3 needs --beam >= 3"),
     ],
-)
-def test_bad_sampling_and_mbr_values_are_one_line_errors(tmp_path, make_run, options, message):
+)  # fmt: skip
+def test_bad_sampling_and_mbr_values_are_usage_errors(tmp_path, make_run, options, message):
     run_dir, _ = make_run(tmp_path / "run")
     result = invoke("translate", "red cat", "--model", str(run_dir), "--device", "cpu", *options)
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == 1 and len(lines) == 1, result.output
-    assert lines[0].startswith("Error: ") and message in lines[0]
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert f"Invalid value for {message}" in panel(result.stderr)
 
 
 def test_samples_and_mbr_translate_with_one_line_per_input(tmp_path, make_run):

@@ -151,7 +151,8 @@ def test_tokenizer_train_kind_is_now_tokenizer_with_a_notice(tiny_corpus, tmp_pa
 def test_the_rename_is_per_command(run_dir):
     """inspect-attention's own --kind (cross, encoder, decoder) is not tokenizer train's."""
     result = invoke("inspect-attention", "red cat", "-m", run_dir, "--kind", "nope")
-    assert result.exit_code == 1 and "deprecated" not in result.stderr
+    assert result.exit_code == 2 and "deprecated" not in result.stderr
+    assert "Invalid value for '--kind'" in result.stderr
 
 
 # ---------------------------------------------------------------------------- precision

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tformer_cli import cli
 from tformer_cli.config import RECIPES, ModelConfig, TrainConfig, from_dict, load_recipe
 from tformer_cli.device import resolve_precision
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,14 +99,16 @@ def test_unknown_recipe_name_lists_the_shipped_ones():
 
 @pytest.mark.parametrize("field", ["warmup", "max_tokens", "accum", "valid_every"])
 def test_train_config_refuses_non_positive_counts(field):
-    with pytest.raises(TformerError, match=field.replace("_", "-")):
+    with pytest.raises(SettingError, match=f"^{field}=0: must be at least 1$") as error:
         TrainConfig(**{field: 0})
+    assert (error.value.field, error.value.value) == (field, 0)
 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
-    [({"seed": -1}, "--seed must be in"), ({"seed": 2**63}, "--seed must be in"),
-     ({"vocab_size": 1_000_001}, "--vocab-size must be at most 1,000,000")],
+    [({"seed": -1}, r"seed=-1: must be in \[0, 9223372036854775807\]"),
+     ({"seed": 2**63}, "seed=9223372036854775808: must be in"),
+     ({"vocab_size": 1_000_001}, r"vocab_size=1000001: must be in \[1, 1000000\]")],
 )  # fmt: skip
 def test_train_config_refuses_what_a_recipe_may_hold_past_the_cli_bounds(settings, message):
     with pytest.raises(TformerError, match=message):
@@ -114,21 +116,26 @@ def test_train_config_refuses_what_a_recipe_may_hold_past_the_cli_bounds(setting
     TrainConfig(seed=2**63 - 1, vocab_size=1_000_000)  # the bounds themselves are fine
 
 
-@pytest.mark.parametrize("average", [-1, 1])
-def test_train_config_refuses_averaging_fewer_than_two_checkpoints(average):
-    with pytest.raises(TformerError, match="--average"):
+@pytest.mark.parametrize(
+    ("average", "rule"), [(-1, "must be at least 0"), (1, "must be 0 (off) or at least 2")]
+)
+def test_train_config_refuses_averaging_fewer_than_two_checkpoints(average, rule):
+    with pytest.raises(SettingError, match=re.escape(f"average={average}: {rule}")):
         TrainConfig(average=average)
 
 
-@pytest.mark.parametrize("alpha", [-0.1, math.nan])
-def test_train_config_refuses_a_negative_or_nan_beam_alpha(alpha):
-    with pytest.raises(TformerError, match="--beam-alpha"):
+@pytest.mark.parametrize(
+    ("alpha", "rule"), [(-0.1, "must be at least 0"), (math.nan, "must be a finite number")]
+)
+def test_train_config_refuses_a_negative_or_nan_beam_alpha(alpha, rule):
+    with pytest.raises(SettingError, match=f"^beam_alpha={alpha}: {rule}$"):
         TrainConfig(beam_alpha=alpha)
 
 
 def test_model_config_needs_d_model_divisible_by_heads():
-    with pytest.raises(TformerError, match="divisible"):
+    with pytest.raises(SettingError, match=r"^h=4: must divide d_model \(130\)$") as error:
         ModelConfig(vocab_size=10, d_model=130, h=4)
+    assert error.value.explained(lambda f: f"--{f}") == "4 must divide --d_model (130)"
 
 
 def test_preset_values_apply_and_explicit_options_win(tmp_path, monkeypatch):
@@ -202,28 +209,37 @@ def test_resume_keeps_the_runs_settings_and_takes_only_given_stopping_rules(
     assert captured_trainer["train"] == saved and captured_trainer["run_dir"] == run
 
 
+def panel(text: str) -> str:
+    """Typer's usage panel as one line: its box drawn away, its wrapped lines joined."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
-    [(["--d-model", "0"], "d_model (--d-model) must be at least 1"),
-     (["--heads", "0"], "h (--heads) must be"),
-     (["--layers", "0"], "n_encoder_layers (--layers) must be"),
-     (["--dropout", "1.5"], "dropout must be"),
-     (["--epochs", "-1"], "--epochs must be 0"), (["--max-steps", "-3"], "--max-steps"),
-     (["--clip-norm=-1"], "--clip-norm must be 0 (off)"),
-     (["--label-smoothing", "1.5"], "--label-smoothing must be in [0, 1)"),
-     (["--valid-bleu-size", "0"], "--valid-bleu-size must be at least 1"),
-     (["--ss-tau", "0"], "--ss-tau must be > 0"), (["--ss-min", "2"], "--ss-min must be in"),
-     (["--lr", "nan"], "--lr must be a finite number, not nan"),
-     (["--max-minutes", "inf"], "--max-minutes must be a finite number, not inf")],
+    [(["--d-model", "0"], "'--d-model': Input should be greater than or equal to 1"),
+     (["--heads", "0"], "'--heads': Input should be greater than or equal to 1"),
+     (["--layers", "0"], "'--layers': Input should be greater than or equal to 1"),
+     (["--dropout", "1.5"], "'--dropout': Value error, 1.5 must be in [0, 1)"),
+     (["--epochs", "-1"], "'--epochs'"), (["--max-steps", "-3"], "'--max-steps'"),
+     (["--clip-norm=-1"], "'--clip-norm': Value error, -1.0 must be at least 0"),
+     (["--label-smoothing", "1.5"], "'--label-smoothing': Value error, 1.5 must be in [0, 1)"),
+     (["--valid-bleu-size", "0"], "'--valid-bleu-size'"),
+     (["--ss-tau", "0"], "'--ss-tau': Value error, 0.0 must be above 0"),
+     (["--ss-min", "2"], "'--ss-min': Value error, 2.0 must be in [0, 1]"),
+     (["--lr", "nan"], "'--lr': Value error, nan must be a finite number"),
+     (["--max-minutes", "inf"], "'--max-minutes': Value error, inf must be a finite number"),
+     (["--heads", "3", "--d-model", "32"], "'--heads': 3 must divide --d-model (32)"),
+     (["--average", "1"], "'--average': 1 must be 0 (off) or at least 2 checkpoints"),
+     (["--decay", "cosine"], "'--decay': 'cosine' needs --max-minutes or --max-steps")],
 )  # fmt: skip
-def test_bad_model_and_stopping_values_are_one_line_errors(
+def test_bad_model_and_stopping_values_are_usage_errors_naming_the_option(
     tmp_path, monkeypatch, captured_trainer, options, message
 ):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli.app, ["train", *options, "--quiet"])
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    assert message in result.stderr and "stop here" not in result.output
-    assert not (tmp_path / "runs").exists()
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "Usage:" in result.stderr and f"Invalid value for {message}" in panel(result.stderr)
+    assert "stop here" not in result.output and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(
@@ -245,18 +261,42 @@ def test_decode_config_refuses_negative_penalties_and_limits():
     bad_values = (dict(alpha=-1.0), dict(max_len_a=-1.0), dict(beam=0), dict(nbest=0),
                   dict(alpha=math.nan), dict(max_len_a=math.inf))  # fmt: skip
     for bad in bad_values:
-        with pytest.raises(TformerError):
+        with pytest.raises(SettingError, match=f"^{next(iter(bad))}="):
             DecodeConfig(**bad)
-    for name in ("alpha", "max_len_a", "max_len_b", "min_len"):  # named as the option
-        with pytest.raises(TformerError, match=f"^--{name.replace('_', '-')} must not be neg"):
+    for name in ("alpha", "max_len_a", "max_len_b", "min_len"):  # named by the field
+        with pytest.raises(SettingError, match=f"^{name}=-1: must be at least 0$"):
             DecodeConfig(**{name: -1})
 
 
+def test_the_faces_keep_nbest_within_the_beam_unless_they_draw():
+    from tformer_cli.config import DecodeConfig, SamplingConfig
+
+    with pytest.raises(SettingError, match=r"^nbest=3: needs beam >= 3$") as error:
+        DecodeConfig(beam=2, nbest=3).nbest_in_beam()
+    assert error.value.message == "3 needs beam >= 3"  # the server's detail, after "nbest: "
+    assert DecodeConfig(beam=1, nbest=3, sampling=SamplingConfig()).nbest_in_beam().nbest == 3
+    assert DecodeConfig(beam=1, nbest=3, mbr=3).nbest_in_beam().nbest == 3
+    assert DecodeConfig(beam=2, nbest=3).nbest == 3  # the search itself ranks more than a beam
+
+
 @pytest.mark.parametrize(
-    ("field", "option"), [("n_encoder_layers", "--layers"), ("h", "--heads"), ("d_ff", "--d-ff")]
-)
-def test_model_sizes_below_one_name_the_field_and_its_option(field, option):
-    with pytest.raises(TformerError, match=rf"^{field} \({option}\) must be at least 1, not 0"):
+    ("min_len", "a", "b", "cut"),
+    [(0, 1.5, 10, None), (13, 1.5, 10, 1), (12, 1.5, 10, None), (500, 1.5, 10, 326),
+     (10, 0.0, 10, math.inf), (9, 0.0, 10, None)],
+)  # fmt: skip
+def test_min_len_cut_is_the_longest_source_whose_limit_it_passes(min_len, a, b, cut):
+    """A source of n tokens (and its </s>) is translated to at most int(a * (n + 1) + b)."""
+    from tformer_cli.config import DecodeConfig
+
+    cfg = DecodeConfig(min_len=min_len, max_len_a=a, max_len_b=b)
+    assert cfg.min_len_cut() == cut
+    capped = [n for n in range(1, 1000) if int(a * (n + 1) + b) <= min_len]
+    assert capped == ([] if cut is None else list(range(1, int(min(cut, 999)) + 1)))
+
+
+@pytest.mark.parametrize("field", ["n_encoder_layers", "h", "d_ff"])
+def test_model_sizes_below_one_name_the_field(field):
+    with pytest.raises(SettingError, match=rf"^{field}=0: must be at least 1$"):
         ModelConfig(vocab_size=10, **{field: 0})
 
 
@@ -317,10 +357,7 @@ def test_src_and_tgt_files_are_kept_as_absolute_paths_and_data_says_files(
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [(["--src-file", "wmt/train.de"], "--src-file and --tgt-file go together: give both"),
-     (["--tgt-file", "wmt/train.en"], "--src-file and --tgt-file go together: give both"),
-     (["--valid-src-file", "wmt/dev.de"], "--valid-src-file and --valid-tgt-file go together"),
-     (["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en", "--data", "toy"],
+    [(["--src-file", "wmt/train.de", "--tgt-file", "wmt/train.en", "--data", "toy"],
       "give --data or --src-file/--tgt-file, not both"),
      (["--src-file", "wmt/train.de", "--tgt-file", "wmt/nope.en"], "wmt/nope.en: no such file"),
      (["--valid-src-file", "wmt/nope.de", "--valid-tgt-file", "wmt/dev.en"],
@@ -334,6 +371,22 @@ def test_bad_parallel_file_options_are_one_line_errors_before_training(
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0]
     assert "stop here" not in result.output and not captured_trainer
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [(["--src-file", "wmt/train.de"], "'--src-file': 'wmt/train.de' goes with --tgt-file"),
+     (["--tgt-file", "wmt/train.en"], "'--tgt-file': 'wmt/train.en' goes with --src-file"),
+     (["--valid-src-file", "wmt/dev.de"], "'--valid-src-file': 'wmt/dev.de' goes with"
+      " --valid-tgt-file")],
+)  # fmt: skip
+def test_a_parallel_file_without_its_pair_is_a_usage_error(
+    parallel_files, captured_trainer, options, message
+):
+    result = CliRunner().invoke(cli.app, ["train", *options, "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"Invalid value for {message}" in panel(result.stderr)
+    assert not captured_trainer
 
 
 def test_a_config_json_from_before_the_parallel_file_fields_still_loads(tmp_path):

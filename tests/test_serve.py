@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 from tests.conftest import WORDS, reversal_pairs, tiny_config
 from tformer_cli.checkpoint import LoadedRun, RunConfig, atomic_torch_save, load_run
 from tformer_cli.cli import app as cli_app
-from tformer_cli.config import DecodeConfig, TrainConfig
+from tformer_cli.config import DecodeConfig, SamplingConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.tokenizer import PAD_ID, encode, save_tokenizer, train_tokenizer
 from tformer_cli.decode.streams import format_translations
@@ -43,6 +43,13 @@ from tformer_cli.decode.translate import translate_texts
 from tformer_cli.model import Transformer
 
 LIMITS = Limits(max_chars=300, max_texts=8, max_body=4096, max_beam=6, timeout=10.0)
+
+
+@pytest.fixture(autouse=True)
+def one_thread_in_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands run here keep torch on the tests' one thread (``--threads`` 0 is
+    ``$TFORMER_THREADS``), so that they compute as the API beside them does."""
+    monkeypatch.setenv("TFORMER_THREADS", "1")
 
 
 def build_reversal_run(run_dir: Path, steps: int = 120) -> Path:
@@ -226,7 +233,7 @@ BAD_TRANSLATE = [
     ({"texts": ["red"], "beam": 2.5}, "beam: Input should be a valid integer"),
     ({"texts": ["red"], "beam": True}, "beam: Input should be a valid integer"),
     ({"texts": ["red"], "nbest": 0}, "nbest: Input should be greater than or equal to 1"),
-    ({"texts": ["red"], "beam": 2, "nbest": 3}, "nbest: 3 needs beam >= 3"),
+    ({"texts": ["red"], "beam": 2, "nbest": 3}, "nbest: 3 needs beam >= 3"),  # DecodeConfig's
     ({"texts": ["red"], "alpha": -1}, "alpha: Input should be greater than or equal to 0"),
     ({"texts": ["red"], "beams": 3}, "beams: Extra inputs are not permitted"),
     ({"texts": ["red", TOO_LONG]}, "texts[1]: 71 tokens; this model reads at most 64"),
@@ -247,6 +254,23 @@ def test_bad_translate_requests_get_422_naming_the_field(client, body, message):
     detail = r.json()["detail"]
     assert isinstance(detail, str) and "\n" not in detail
     assert detail.startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("settings", "detail"),
+    [({"beam": 2, "nbest": 3}, "nbest: 3 needs beam >= 3"),
+     ({"alpha": float("nan")}, "alpha: nan must be a finite number"),
+     ({"beam": 1, "sampling": SamplingConfig(), "nbest": 4, "mbr_utility": "ter"},
+      "mbr_utility: 'ter' must be one of chrf, bleu")],
+)  # fmt: skip
+def test_a_setting_the_config_refuses_is_a_422_naming_its_field(settings, detail):
+    """What the request's schema cannot say (nbest within the beam) is DecodeConfig's to refuse:
+    its ``SettingError`` answers 422 with the field's name, as the schema's own errors do."""
+    from fastapi import HTTPException
+
+    with pytest.raises(HTTPException) as error:
+        serve.search(**settings)
+    assert (error.value.status_code, error.value.detail) == (422, detail)
 
 
 @pytest.mark.parametrize(
@@ -347,6 +371,18 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]
+
+
+def test_serve_threads_set_torch_s_cpu_threads_as_eval_s(run_dir, monkeypatch):
+    """--threads reaches the loading of the served run, which sets torch's CPU threads."""
+    from tformer_cli.api.serving import load_served
+
+    asked = {}
+    monkeypatch.setattr(serve, "serve", lambda *args, **kwargs: asked.update(kwargs))
+    result = CliRunner().invoke(cli_app, ["serve", "-m", str(run_dir), "--threads", "2"])
+    assert result.exit_code == 0 and asked["threads"] == 2, result.output
+    load_served(run_dir, "cpu", None, "torch", asked["threads"])
+    assert torch.get_num_threads() == 2
 
 
 def test_requests_without_alpha_take_the_runs_beam_alpha(run):

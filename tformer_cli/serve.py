@@ -37,7 +37,7 @@ from tformer_cli.api.serving import (
     translation_records,
 )
 from tformer_cli.config import DecodeConfig
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 
 try:
     import uvicorn
@@ -289,6 +289,15 @@ async def one_line_422(request: Request, e: RequestValidationError) -> JSONRespo
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+def search(**settings: Any) -> DecodeConfig:
+    """The search a request asks for; a setting against ``DecodeConfig``'s rules (``nbest``
+    above ``beam``) is a 422 naming its field, as the request's schema names the others."""
+    try:
+        return DecodeConfig(**settings).nbest_in_beam()
+    except SettingError as e:
+        raise HTTPException(422, f"{e.field}: {e.message}") from None
+
+
 def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
     """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
     positions = run.model.cfg.max_positions
@@ -350,9 +359,7 @@ def create_app(
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]
-        if body.nbest > body.beam:
-            raise HTTPException(422, f"nbest: {body.nbest} needs beam >= {body.nbest}")
-        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha, nbest=body.nbest)
+        cfg = search(beam=body.beam, alpha=body.alpha, nbest=body.nbest)
         tokens = count_tokens(body.texts, "texts")
         return {"translations": await answer(Job(body.texts, cfg, tokens))}
 
@@ -364,7 +371,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha)
+        cfg = search(beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, attention=True))
 
     @app.post("/trace", summary="The step-through search of one text: `translate --trace`")
@@ -372,7 +379,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = DecodeConfig(beam=body.beam, alpha=body.alpha)
+        cfg = search(beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, trace=body.top))
 
     @app.get("/health", summary="Liveness and counters")
@@ -407,13 +414,15 @@ def serve(
     device: str = "auto",
     precision: str | None = None,
     engine: str = "torch",
+    threads: int = 0,
     quiet: bool = False,
 ) -> None:
     """``tformer serve``: load the run once (``precision``: default the run's own), then answer
     HTTP requests until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's export, made on
-    first use)."""
+    first use); ``threads``: torch's CPU threads (0: ``$TFORMER_THREADS``, else the idle
+    cores)."""
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run, decoder = load_served(model_dir, device, precision, engine)
+    run, decoder = load_served(model_dir, device, precision, engine, threads)
     app = create_app(run, limits, max_tokens, wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host

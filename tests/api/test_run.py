@@ -19,6 +19,13 @@ runner = CliRunner()
 TEXTS = ["red blue green", "cat dog", "one two big small bird"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread_in_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands run here keep torch on the tests' one thread (``--threads`` 0 is
+    ``$TFORMER_THREADS``), so that they compute as the API beside them does."""
+    monkeypatch.setenv("TFORMER_THREADS", "1")
+
+
 @pytest.fixture
 def run_dir(tmp_path, make_run) -> Path:
     return make_run(tmp_path / "run")[0]
@@ -140,23 +147,35 @@ def test_loading_changes_no_thread_count(run_dir):
     [
         (lambda r: tformer.load(42), "run"),
         (lambda r: tformer.load(r, device=3), "device"),
-        (lambda r: tformer.load(r, alpha=-1), "alpha"),
-        (lambda r: tformer.load(r, device="cpu").translate(TEXTS, beam=2, nbest=3), "nbest"),
+        (lambda r: tformer.load(r, alpha=-1), "alpha=-1: must be at least 0"),
+        (lambda r: tformer.load(r, device="cpu").translate(TEXTS, beam=2, nbest=3),
+         "nbest=3: needs beam >= 3"),
         (lambda r: tformer.load(r, device="cpu").translate([1, 2]), "texts"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", beam="5"), "beam"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", beam=True), "beam"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", beam=0), "beam"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", alpha="x"), "alpha"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", max_tokens=0), "max_tokens"),
-        (lambda r: tformer.load(r, device="cpu").translate("a", sample=1), "sample"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam="5"),
+         "beam='5': must be a whole number"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam=True), "beam=True: must"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", beam=0),
+         "beam=0: must be at least 1"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", alpha="x"),
+         "alpha='x': must be a number"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", sample=True, top_p=2.0),
+         "top_p=2.0: must be in (0, 1]"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", max_tokens=0),
+         "max_tokens=0: must be at least 1"),
+        (lambda r: tformer.load(r, device="cpu").translate("a", sample=1), "sample=1: must be"),
         (lambda r: tformer.load(r, device="cpu", precision="fp8"), "fp8"),
         (lambda r: tformer.load(r, device="cpu").translate("a", temperature=0.5), "temperature"),
         (lambda r: tformer.load(r, device="cpu").score(["a"], ["a", "b"]), "targets"),
-        (lambda r: tformer.load(r, device="cpu").trace("red", top=0), "top"),
+        (lambda r: tformer.load(r, device="cpu").trace("red", top=0), "top=0: must be at least 1"),
         (lambda r: tformer.load(r, device="cpu").trace(""), "text"),
+        (lambda r: tformer.load(r, device="cpu").evaluate(limit=0), "limit=0: must be at least 1"),
+        (lambda r: tformer.compare([r, r], limit=0), "limit=0: must be at least 1"),
         (lambda r: tformer.train(max_stepz=3), "max_stepz"),
+        (lambda r: tformer.train(layers=0, runs_dir=r.parent), "layers=0: must be at least 1"),
+        (lambda r: tformer.train(heads=3, d_model=32, runs_dir=r.parent),
+         "heads=3: must divide d_model (32)"),
     ],
-)
+)  # fmt: skip
 def test_bad_arguments_raise_tformer_error_naming_them(run_dir, call, name):
     with pytest.raises(TformerError) as e:
         call(run_dir)

@@ -98,7 +98,7 @@ def test_the_cli_exports_and_refuses_a_run_of_a_newer_format(toy_run, tmp_path):
     assert_one_line_error(result, "run format 99")
     assert not (tmp_path / "none").exists()
     usage = cli("export", "-m", toy_run, "--to", "onnx", "-o", tmp_path / "x")
-    assert usage.exit_code == 2 and "use ctranslate2 or hf" in usage.output
+    assert usage.exit_code == 2 and "'onnx' must be one of ctranslate2, hf" in usage.output
 
 
 def test_importing_an_export_is_refused_in_one_line_naming_ctranslate2(toy_run, tmp_path):

@@ -123,10 +123,10 @@ def test_eval_of_a_file_without_a_test_split_says_the_test_split_is_carved(tmp_p
     assert "carved" not in runner.invoke(app, [*args, "--split", "all"]).stderr
 
 
-def test_eval_with_an_unknown_split_is_a_one_line_error(corpus_run):
+def test_eval_with_an_unknown_split_is_a_usage_error(corpus_run):
     result = runner.invoke(app, ["eval", "-m", str(corpus_run), "--split", "dev"])
-    assert result.exit_code == 1
-    assert result.stderr.strip().startswith("Error: unknown split 'dev'")
+    assert result.exit_code == 2
+    assert "Invalid value for '--split'" in result.stderr
     assert "Traceback" not in result.output
 
 

@@ -46,7 +46,7 @@ def test_lr_warms_up_linearly_then_decays_as_inverse_sqrt(step, expected):
 
 
 def test_zero_warmup_is_refused_up_front():
-    with pytest.raises(TformerError, match="--warmup must be at least 1"):
+    with pytest.raises(TformerError, match="warmup=0: must be at least 1"):
         TrainConfig(lr=1e-3, warmup=0)
 
 
@@ -89,9 +89,9 @@ def test_auto_decay_is_linear_with_a_time_budget_and_rsqrt_without():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"decay": "step"}, "unknown --decay 'step': use auto, rsqrt, linear, cosine"),
-        ({"decay": "linear"}, "--decay linear needs --max-minutes or --max-steps"),
-        ({"decay": "cosine", "max_steps": 0}, "--decay cosine needs --max-minutes or"),
+        ({"decay": "step"}, "decay='step': must be one of auto, rsqrt, linear, cosine"),
+        ({"decay": "linear"}, "decay='linear': needs max_minutes or max_steps"),
+        ({"decay": "cosine", "max_steps": 0}, "decay='cosine': needs max_minutes or"),
     ],
 )
 def test_bad_decay_settings_are_one_line_errors(values, message):

@@ -535,7 +535,7 @@ def test_compile_on_is_one_graph_for_every_batch_shape_and_trains_as_eager(
 
 
 def test_bad_compile_mode_is_a_one_line_error():
-    with pytest.raises(TformerError, match="unknown --compile 'yes': use auto, on or off"):
+    with pytest.raises(TformerError, match="compile='yes': must be one of auto, on, off"):
         TrainConfig(compile="yes")
 
 

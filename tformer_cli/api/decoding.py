@@ -150,16 +150,19 @@ class Translator:
 
 def open_translator(
     models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
-    precision: str | None, compile: str, use_cache: bool,
+    precision: str | None, compile: str, use_cache: bool, threads: int = 0,
 ) -> Translator:  # fmt: skip
     """The runs loaded for ``tformer translate`` (default: the newest) with ``precision``
     (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
-    ``beam_alpha``); tformer's search decodes until ``with_engine`` says otherwise."""
+    ``beam_alpha``), on ``threads`` CPU threads as ``tformer eval`` (``use_threads``);
+    tformer's search decodes until ``with_engine`` says otherwise."""
     from tformer_cli.api.run import length_penalty, own_precision
     from tformer_cli.checkpoint import load_runs
+    from tformer_cli.report.eval_run import use_threads
 
     precision = precision or own_precision(models[0] if models else None)
     runs = load_runs(models, device, precision, compile)
+    use_threads(threads)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=length_penalty(None, runs[0].config))
     return Translator(runs, cfg, use_cache=use_cache)

@@ -21,7 +21,7 @@ from tformer_cli.api.display import (
     Translation,
 )
 from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs, resolve_run
-from tformer_cli.config import DecodeConfig, SamplingConfig
+from tformer_cli.config import DecodeConfig, Range, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, encode
@@ -31,7 +31,7 @@ from tformer_cli.decode.streams import file_lines, save_translations, translate_
 from tformer_cli.decode.trace import trace_search
 from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import inference
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
 from tformer_cli.report.attention.maps import inspect_pair
 from tformer_cli.report.attention.view import summary_rows
@@ -83,25 +83,29 @@ WHOLE = {
     "top_k",
     "max_tokens",
     "chunk_size",
+    "limit",
+    "top",
 }
 REAL = {"alpha", "temperature", "max_len_a", "top_p", "epsilon"}
-OPTIONAL = {"alpha", "top_k", "top_p", "epsilon"}
+OPTIONAL = {"alpha", "top_k", "top_p", "epsilon", "limit"}
+COUNTS = {"max_tokens", "chunk_size", "limit", "top"}  # of tokens, lines, pairs: from 1
 
 
 def check_numbers(**values: Any) -> None:
-    """A ``TformerError`` naming the first search setting of the wrong type (``True`` is no
-    beam, ``"5"`` no number); their ranges are ``DecodeConfig``'s to check."""
+    """A ``SettingError`` naming the first setting of the wrong type (``True`` is no beam, ``"5"``
+    no number), or a count below 1; the ranges of the search's are ``DecodeConfig``'s to
+    check."""
     for name, value in values.items():
         if value is None and name in OPTIONAL:
             continue
         kinds = (int,) if name in WHOLE else (int, float) if name in REAL else None
         if kinds and (isinstance(value, bool) or not isinstance(value, kinds)):
             noun = "whole number" if name in WHOLE else "number"
-            raise TformerError(f"{name}: a {noun}, not {value!r}")
+            raise SettingError(name, value, f"must be a {noun}")
         if name == "sample" and not isinstance(value, bool):
-            raise TformerError(f"sample: True or False, not {value!r}")
-        if name in ("max_tokens", "chunk_size") and value < 1:
-            raise TformerError(f"{name}: at least 1, not {value}")
+            raise SettingError(name, value, "must be True or False")
+        if name in COUNTS and (rule := Range(1).refuses(value)) is not None:
+            raise SettingError(name, value, rule)
 
 
 def decode_config(
@@ -113,12 +117,10 @@ def decode_config(
     draws = sample or (mbr > 0 and rest.get("mbr_from", "sample") == "sample")
     if not draws and sampling != (1.0, None, None, None):
         raise TformerError("temperature, top_k, top_p and epsilon need sample=True or mbr")
-    if nbest > beam and not (sample or mbr):
-        raise TformerError(f"nbest: {nbest} needs beam >= {nbest}")
     return DecodeConfig(
         beam=1 if draws else beam, alpha=alpha, nbest=nbest, mbr=mbr,
         sampling=SamplingConfig(*sampling) if draws else None, **rest,
-    )  # fmt: skip
+    ).nbest_in_beam()  # fmt: skip
 
 
 class Run:
@@ -258,8 +260,7 @@ class Run:
     ) -> TraceView:
         """The step-through search of one text (``decode.trace``): every step's hypotheses,
         their ``top`` next tokens (kept, pruned or finished), their cross-attention rows."""
-        if not isinstance(top, int) or top < 1:
-            raise TformerError(f"top: a number of tokens >= 1, not {top!r}")
+        check_numbers(top=top)
         cfg = self._config(beam, alpha, beam, sample=False, temperature=1.0, top_k=None,
                            top_p=None, epsilon=None, mbr=0)  # fmt: skip
         lead = self.loaded[0]
@@ -301,6 +302,7 @@ class Run:
         """``tformer eval`` of the (first) run: BLEU/chrF, teacher-forced metrics and the
         exposure-bias report. Nothing is written unless asked: ``save`` keeps the result in
         the run folder (as the command does), ``json_path``/``hyp_path`` write those files."""
+        check_numbers(beam=beam, alpha=alpha, limit=limit, seed=seed)
         lead = self.loaded[0]
         cfg = EvalConfig(
             DecodeConfig(beam=beam, alpha=self.alpha if alpha is None else alpha), seed=seed
@@ -360,8 +362,9 @@ def load(
     for name, value in (("device", device), ("compile", compile)):
         if not isinstance(value, str):
             raise TformerError(f"{name}: a str, not {type(value).__name__}")
-    if alpha is not None and (not isinstance(alpha, (int, float)) or alpha < 0):
-        raise TformerError(f"alpha: a number >= 0, not {alpha!r}")
+    check_numbers(alpha=alpha)
+    if alpha is not None and (rule := Range(0).refuses(alpha)) is not None:
+        raise SettingError("alpha", alpha, rule)
     models = None if paths == [None] else paths
     precision = precision or own_precision(paths[0])
     loaded = load_runs(models, device, precision, compile)  # type: ignore[arg-type]

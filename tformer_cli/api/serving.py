@@ -25,6 +25,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.report.attention.maps import KINDS
 from tformer_cli.report.attention.render import to_json
 from tformer_cli.report.attention.view import attend, summary_rows
+from tformer_cli.report.eval_run import use_threads
 
 __all__ = [
     "Batching",
@@ -41,11 +42,13 @@ __all__ = [
 
 
 def load_served(
-    model: Path | None, device: str, precision: str | None, engine: str
+    model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0
 ) -> tuple[LoadedRun, SourcesEngine | None]:
-    """The run to serve (default: the newest) in ``precision`` (default: its own), and what
-    translates it: ``None`` (tformer's search) for torch, or its CTranslate2 export."""
+    """The run to serve (default: the newest) in ``precision`` (default: its own), on
+    ``threads`` CPU threads as ``tformer eval`` (``use_threads``), and what translates it:
+    ``None`` (tformer's search) for torch, or its CTranslate2 export (on those threads)."""
     run = load(model, device=device, precision=precision).loaded[0]
+    use_threads(threads)
     return run, load_engine(engine, run)
 
 

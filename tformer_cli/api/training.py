@@ -7,17 +7,17 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, load, threads_kept
-from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe
+from tformer_cli.api.run import PathLike, Run, as_path, check_numbers, load, threads_kept
+from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe, option_of
 from tformer_cli.console import StopOnClosedPipe
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
 from tformer_cli.training.distributed import LAUNCHED, launch
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 # the train options that name a file or folder: a str or a Path
 PATH_OPTIONS = ("init_from", "tokenizer_file", "src_file", "tgt_file", "valid_src_file",
                 "valid_tgt_file")  # fmt: skip
-CHOICES = {"positional": ("sinusoidal", "learned"), "norm": ("post", "pre")}
 # what a resumed run notes as ignored besides the train options
 RUN_OPTIONS = ("preset", "name", "runs_dir")
 
@@ -39,21 +38,14 @@ def training_log(quiet: bool = False) -> Console:
     return Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
 
 
-def check_choices(model_cfg: ModelConfig) -> None:
-    """A ``TformerError`` naming a model setting of a fixed set given another value."""
-    for option, choices in CHOICES.items():
-        if getattr(model_cfg, option) not in choices:
-            raise TformerError(f"{option}: use {' or '.join(choices)}")
-
-
 def train_settings(
     given: Mapping[str, Any], *, preset: str | None, resume: Path | None, name: str | None,
-    runs_dir: Path, log: Console, check: Callable[[ModelConfig], None] = check_choices,
+    runs_dir: Path, log: Console,
 ) -> tuple[ModelConfig, TrainConfig, Path]:  # fmt: skip
     """The model and training settings and the run folder of ``tformer train``: a new run's
-    (the ``preset`` recipe, then the train options ``given``, by name; ``check`` sees the model
-    settings before the folder is chosen), or a resumed one's own, with the stopping rules and
-    device given (a note on ``log`` names the options ignored)."""
+    (the ``preset`` recipe, then the train options ``given``, by name), or a resumed one's own,
+    with the stopping rules and device given (a note on ``log`` names the options ignored). A
+    setting out of its range is a ``SettingError`` before the folder is chosen."""
     options = {o: v for o, v in given.items() if o in TRAIN_OPTIONS}
     if resume is not None:
         asked = {o: v for o, v in given.items() if o in TRAIN_OPTIONS or o in RUN_OPTIONS}
@@ -61,7 +53,6 @@ def train_settings(
         say = functools.partial(log.print, markup=False)
         return (*resumed_configs(resume, overrides, ignored, say), resume)
     model_cfg, train_cfg = new_configs(options, load_recipe(preset) if preset else {})
-    check(model_cfg)
     return model_cfg, train_cfg, new_run_dir(runs_dir, name, train_cfg.data)
 
 
@@ -122,10 +113,13 @@ def train(
     if unknown:
         raise TformerError(f"{unknown[0]}: no such train option (see tformer train --help)")
     log = training_log(quiet)
-    model_cfg, train_cfg, run_dir = train_settings(
-        given, preset=recipe, resume=as_path(resume, "resume"), name=name,
-        runs_dir=as_path(runs_dir, "runs_dir") or Path("runs"), log=log,
-    )  # fmt: skip
+    try:
+        model_cfg, train_cfg, run_dir = train_settings(
+            given, preset=recipe, resume=as_path(resume, "resume"), name=name,
+            runs_dir=as_path(runs_dir, "runs_dir") or Path("runs"), log=log,
+        )  # fmt: skip
+    except SettingError as e:  # by the keyword that sets it: layers=0, not n_encoder_layers
+        raise TformerError(e.in_python(option_of)) from None
     with threads_kept():
         resumed = resume is not None
         trained = run_training(run_dir, model_cfg, train_cfg, resume=resumed, log=log, quiet=quiet)
@@ -153,6 +147,7 @@ def compare(
     from tformer_cli.api.reports import compare_runs
 
     paths = [as_path(r, "runs") for r in runs]
+    check_numbers(beam=beam, alpha=alpha, limit=limit, seed=seed)
     with threads_kept():
         return compare_runs(
             paths, None, beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,

@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from tformer_cli import __version__
 from tformer_cli.cli.help import examples, in_order, lay_out
-from tformer_cli.errors import TformerError
+from tformer_cli.config import option_of
+from tformer_cli.errors import SettingError, TformerError
 
 if TYPE_CHECKING:
     from tformer_cli.config import DecodeConfig
@@ -142,6 +143,38 @@ def positional(value: Any, option: Any, old: str, new: str) -> Any:
         raise typer.BadParameter(f"give it once: {new}", param_hint=new.split()[-2])
     deprecated(old, new)
     return value
+
+
+def option_setting(ctx: typer.Context, field: str) -> Any | None:
+    """The option of ``ctx``'s command that sets the settings field ``field``: the option of
+    that name, or the train option that sets it (``h``: ``--heads``); None where none does."""
+    names = {field, option_of(field)}
+    return next((p for p in ctx.command.params if p.name in names), None)
+
+
+def long_form(ctx: typer.Context, field: str) -> str:
+    """The option that sets ``field`` as its help writes it: ``--top-p``, ``--beam`` (not
+    ``-k``)."""
+    param = option_setting(ctx, field)
+    if param is None:
+        return "--" + option_of(field).replace("_", "-")
+    return max(param.opts, key=len)
+
+
+@contextlib.contextmanager
+def from_options(ctx: typer.Context) -> Iterator[None]:
+    """Settings built from ``ctx``'s options: a ``SettingError`` becomes the usage error of the
+    option that set it (exit 2, the usage panel naming it by its long form), the settings its
+    rule names written as options too. A field no option sets stays a one-line error."""
+    try:
+        yield
+    except SettingError as e:
+        param = option_setting(ctx, e.field)
+        if param is None:
+            raise
+        message = e.explained(lambda field: long_form(ctx, field))
+        hint = " / ".join(f"'{name}'" for name in param.opts)  # as click names it: '--beam' / '-k'
+        raise typer.BadParameter(message, ctx=ctx, param=param, param_hint=hint) from None
 
 
 def own_precision(precision: str | None, models: Sequence[Path] | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +20,13 @@ from tformer_cli.cli.app import (
     destination,
     err,
     friendly_errors,
+    from_options,
     out,
 )
 from tformer_cli.cli.options import (
     MAX_BEAM,
     MAX_HYPOTHESES,
+    MAX_LENGTH,
     Compile,
     DecodePrecision,
     Device,
@@ -36,13 +39,18 @@ from tformer_cli.cli.options import (
     ModelDir,
     Models,
     Output,
+    Parsed,
+    Pattern,
     Quiet,
     RunPrecision,
     Sample,
     Temperature,
+    Threads,
     TopK,
     TopP,
     declared,
+    one_of,
+    parsed,
     with_options,
 )
 from tformer_cli.config import (
@@ -50,7 +58,8 @@ from tformer_cli.config import (
     DecodeConfig,
     SamplingConfig,
 )
-from tformer_cli.errors import TformerError
+
+SAMPLING = ("--temperature", "--top-k", "--top-p", "--epsilon")  # the settings of --sample
 
 
 # ---------------------------------------------------------------------------- translate
@@ -67,16 +76,29 @@ def search_config(
     """The search of translate and eval: beam (``beam`` 1: greedy), ``--sample`` (the
     ``sampling`` settings: temperature, top-k, top-p, epsilon) or ``--mbr`` over samples or
     the beam's n-best; ``rest``: the other ``DecodeConfig`` fields. A sampling setting given
-    where nothing is sampled is an error, not ignored."""
+    where nothing is sampled is a usage error, not ignored."""
     draws = sample or (mbr > 0 and mbr_from == "sample")
-    if not draws and sampling != (1.0, None, None, None):
-        raise TformerError(
-            "--temperature, --top-k, --top-p and --epsilon need --sample or --mbr (from samples)"
+    unset = (1.0, None, None, None)
+    given = [name for name, v, u in zip(SAMPLING, sampling, unset, strict=True) if v != u]
+    if not draws and given:
+        raise typer.BadParameter(
+            "needs --sample or --mbr (from samples)", param_hint=f"'{given[0]}'"
         )
     return DecodeConfig(
         beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
         sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
-    )  # fmt: skip
+    ).nbest_in_beam()  # fmt: skip
+
+
+def min_len_note(cfg: DecodeConfig) -> str | None:
+    """The note of a ``--min-len`` that the length limit cuts (``DecodeConfig.min_len_cut``),
+    naming the length used instead; None where none is cut."""
+    cut = cfg.min_len_cut()
+    if cut is None:
+        return None
+    limit = f"--max-len-a {cfg.max_len_a:g} x source tokens + --max-len-b {cfg.max_len_b}"
+    which = "every source" if cut == math.inf else f"sources of up to {cut} tokens"
+    return f"note: --min-len {cfg.min_len} is cut to the length limit ({limit}) for {which}"
 
 
 def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
@@ -114,9 +136,10 @@ TRANSLATE = declared(
         Annotated[
             float | None,
             typer.Option(
+                parser=parsed(DecodeConfig, "alpha"),
                 help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine"
                 " ctranslate2: / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless"
-                " its training set another."
+                " its training set another.",
             ),
         ],
         None,
@@ -173,11 +196,19 @@ TRANSLATE = declared(
     ),
     max_len_a=(
         Annotated[
-            float, typer.Option(help="Output length limit a*|src|+b tokens: a.", show_default=True)
+            float,
+            typer.Option(
+                parser=parsed(DecodeConfig, "max_len_a"),
+                help="Output length limit a*|src|+b tokens: a.",
+                show_default=True,
+            ),
         ],
         1.5,
     ),
-    max_len_b=(Annotated[int, typer.Option(max=100_000, help="Output length limit: b.")], 10),
+    max_len_b=(
+        Annotated[int, typer.Option(min=0, max=MAX_LENGTH, help="Output length limit: b.")],
+        10,
+    ),
     no_cache=(
         Annotated[
             bool,
@@ -206,6 +237,7 @@ TRANSLATE = declared(
     precision=(DecodePrecision, None),
     compile=(Compile, "auto"),
     engine=(Engine, "torch"),
+    threads=(Threads, 0),
     quiet=(Quiet, False),
 )
 
@@ -226,17 +258,13 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     v = SimpleNamespace(**values)
     if v.greedy and (v.sample or v.mbr):
         raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
-    k = 1 if v.greedy else v.beam
-    if v.nbest > k and not (v.sample or v.mbr):
-        raise typer.BadParameter(
-            f"--nbest {v.nbest} needs --beam >= {v.nbest}", param_hint="--nbest"
-        )
-    cfg = search_config(  # without --alpha: 0 until the run's is read, once the run is loaded
-        k, 0.0 if v.alpha is None else v.alpha, v.sample,
-        (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
-        max_len_a=v.max_len_a, max_len_b=v.max_len_b, nbest=v.nbest, min_len=v.min_len,
-        seed=v.seed,
-    )  # fmt: skip
+    with from_options(ctx):  # without --alpha: 0 until the run's is read, once it is loaded
+        cfg = search_config(
+            1 if v.greedy else v.beam, 0.0 if v.alpha is None else v.alpha, v.sample,
+            (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
+            max_len_a=v.max_len_a, max_len_b=v.max_len_b, nbest=v.nbest, min_len=v.min_len,
+            seed=v.seed,
+        )  # fmt: skip
     check_engine(v.engine, cfg, len(v.model or [None]), cache=not v.no_cache)
     if v.trace is not None and v.engine == "ctranslate2":
         raise typer.BadParameter(
@@ -245,8 +273,10 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     inputs = read_inputs(v.texts, v.file, sys.stdin)
     translator = open_translator(
         v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
-        use_cache=not v.no_cache,
+        use_cache=not v.no_cache, threads=v.threads,
     )  # fmt: skip
+    if (note := min_len_note(cfg)) is not None and not v.quiet:
+        err.print(note, markup=False, highlight=False)
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
     translator = translator.with_engine(v.engine)
@@ -270,6 +300,13 @@ def translate(ctx: typer.Context, **values: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- inspect-attention
+def numbered(*words: str) -> Parsed:
+    """The parser of ``--layer``/``--head``: a number from 1 or one of ``words`` (a number past
+    the model's layers or heads is for the run to say)."""
+    either = f"must be a number from 1, {' or '.join(words)}"
+    return Parsed(Pattern(rf"[1-9][0-9]*|{'|'.join(words)}", either))
+
+
 @app.command("inspect-attention", cls=Command)
 @friendly_errors
 def inspect_attention(
@@ -282,10 +319,19 @@ def inspect_attention(
         ),
     ] = 1,
     kind: Annotated[
-        str, typer.Option(help="cross (target -> source), encoder or decoder self-attention.")
+        str,
+        typer.Option(
+            parser=one_of("cross", "encoder", "decoder"),
+            help="cross (target -> source), encoder or decoder self-attention.",
+        ),
     ] = "cross",
-    layer: Annotated[str, typer.Option(help="Layer number (from 1), last or all.")] = "last",
-    head: Annotated[str, typer.Option(help="Head number (from 1), mean or all.")] = "all",
+    layer: Annotated[
+        str,
+        typer.Option(parser=numbered("last", "all"), help="Layer number (from 1), last or all."),
+    ] = "last",
+    head: Annotated[
+        str, typer.Option(parser=numbered("mean", "all"), help="Head number (from 1), mean or all.")
+    ] = "all",
     save: Annotated[
         Path | None, typer.Option(help="Write a picture: .svg, .html (self-contained) or .png.")
     ] = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
@@ -16,10 +17,11 @@ from tformer_cli.cli.app import (
     destination,
     err,
     friendly_errors,
+    from_options,
     out,
     positional,
 )
-from tformer_cli.cli.decode import run_alpha, search_config
+from tformer_cli.cli.decode import min_len_note, run_alpha, search_config
 from tformer_cli.cli.options import (
     Alpha,
     Compile,
@@ -37,6 +39,7 @@ from tformer_cli.cli.options import (
     Models,
     NoiseSeed,
     Output,
+    Parsed,
     Quiet,
     Sample,
     Split,
@@ -45,11 +48,12 @@ from tformer_cli.cli.options import (
     TopK,
     TopP,
     declared,
+    one_of,
     with_options,
 )
-from tformer_cli.config import (
-    MAX_SEED,
-)
+from tformer_cli.config import MAX_SEED, PRECISIONS, OneOf
+
+X_AXIS = one_of("updates", "time")  # of the curves (show, compare --save)
 
 # ---------------------------------------------------------------------------- eval
 # Every option of tformer eval, in the order of its help.
@@ -143,12 +147,16 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
     from tformer_cli.api.reports import evaluate_runs
 
     v = SimpleNamespace(**values)
-    search = search_config(
-        v.beam, run_alpha(v.alpha, v.model), v.sample,
-        (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
-        min_len=v.min_len, seed=v.seed,
-    )  # fmt: skip
+    with from_options(ctx):  # checked before a run is read: its alpha comes after
+        search = search_config(
+            v.beam, 0.0 if v.alpha is None else v.alpha, v.sample,
+            (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
+            min_len=v.min_len, seed=v.seed,
+        )  # fmt: skip
+    search = dataclasses.replace(search, alpha=run_alpha(v.alpha, v.model))
     check_engine(v.engine, search, len(v.model or [None]))
+    if (note := min_len_note(search)) is not None and not v.quiet:
+        err.print(note, markup=False, highlight=False)
     with destination(None if v.json_out else v.output) as console:
         report = evaluate_runs(
             v.model, search, seed=v.seed, console=None if v.json_out else console, log=err,
@@ -200,7 +208,8 @@ def show_command(
         ),
     ] = None,
     x: Annotated[
-        str, typer.Option("--x", help="x axis: updates, or time (minutes of training).")
+        str,
+        typer.Option("--x", parser=X_AXIS, help="x axis: updates, or time (minutes of training)."),
     ] = "updates",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
 ) -> None:
@@ -250,7 +259,10 @@ def compare_command(
         ),
     ] = None,
     x: Annotated[
-        str, typer.Option("--x", help="x axis of --save: updates, or time (minutes of training).")
+        str,
+        typer.Option(
+            "--x", parser=X_AXIS, help="x axis of --save: updates, or time (minutes of training)."
+        ),
     ] = "updates",
     json_out: Annotated[
         bool, typer.Option("--json", help="Print every number and p-value as JSON.")
@@ -259,7 +271,10 @@ def compare_command(
     device: Device = "auto",
     precision: Annotated[
         str | None,
-        typer.Option(help="fp32, bf16 or auto. Default: the precision each run was trained with."),
+        typer.Option(
+            parser=Parsed(OneOf(PRECISIONS)),
+            help="fp32, bf16 or auto. Default: the precision each run was trained with.",
+        ),
     ] = None,
     threads: Threads = 0,
     quiet: Quiet = False,

@@ -45,6 +45,7 @@ CHOICES = {
     "ss_mix": "argmax|sample",
     "device": "auto|cpu|cuda|mps",
     "compile": "auto|on|off",
+    "engine": "torch|ctranslate2",
     "mbr_from": "sample|beam",
     "mbr_utility": "chrf|bleu",
     "split": "train|valid|test|all",

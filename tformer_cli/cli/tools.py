@@ -23,13 +23,18 @@ from tformer_cli.cli.options import (
     Device,
     Engine,
     ModelDir,
+    Parsed,
     Quiet,
     RunPrecision,
     T,
+    Threads,
+    one_of,
 )
-from tformer_cli.config import (
-    MAX_VOCAB,
-)
+from tformer_cli.config import MAX_VOCAB, TOKENIZERS, Range
+
+# CTranslate2's weight types (interop.ct2.QUANTIZATIONS, which imports ctranslate2)
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- serve
@@ -43,7 +48,10 @@ def serve_command(
         int, typer.Option(min=1, help="Source tokens gathered into one decoding batch.")
     ] = 4096,
     wait_ms: Annotated[
-        float, typer.Option(min=0, help="How long a batch waits for more requests (ms).")
+        float,
+        typer.Option(
+            parser=Parsed(Range(0), float), help="How long a batch waits for more requests (ms)."
+        ),
     ] = 5.0,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
     max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
@@ -52,11 +60,16 @@ def serve_command(
         int, typer.Option(min=1, max=MAX_BEAM, help="Largest beam (and n-best).")
     ] = 16,
     timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds a request may wait and run (then 503).")
+        float,
+        typer.Option(
+            parser=Parsed(Range(0.001), float),
+            help="Seconds a request may wait and run (then 503).",
+        ),
     ] = 30.0,
     device: Device = "auto",
     precision: RunPrecision = None,
     engine: Engine = "torch",
+    threads: Threads = 0,
     quiet: Quiet = False,
 ) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
@@ -73,7 +86,8 @@ def serve_command(
     with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
         serve(
             model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
-            wait_ms=wait_ms, device=device, precision=precision, engine=engine, quiet=quiet,
+            wait_ms=wait_ms, device=device, precision=precision, engine=engine, threads=threads,
+            quiet=quiet,
         )  # fmt: skip
 
 
@@ -82,7 +96,12 @@ def serve_command(
 @friendly_errors
 def export_command(
     to: Annotated[
-        str, typer.Option("--to", help="ctranslate2, or hf (a MarianMTModel for transformers).")
+        str,
+        typer.Option(
+            "--to",
+            parser=one_of("ctranslate2", "hf"),
+            help="ctranslate2, or hf (a MarianMTModel for transformers).",
+        ),
     ],
     legacy: Annotated[
         list[Path] | None,
@@ -96,8 +115,9 @@ def export_command(
     quantization: Annotated[
         str,
         typer.Option(
+            parser=one_of(*QUANTIZATIONS),
             help="CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
-            " int16, float16 or bfloat16."
+            " int16, float16 or bfloat16.",
         ),
     ] = "float32",
 ) -> None:
@@ -162,9 +182,14 @@ def tokenizer_train(
     data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
     src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
-    vocab_size: Annotated[int, typer.Option(max=MAX_VOCAB, help="Vocabulary size.")] = T.vocab_size,
+    vocab_size: Annotated[
+        int, typer.Option(min=1, max=MAX_VOCAB, help="Vocabulary size.")
+    ] = T.vocab_size,
     tokenizer: Annotated[
-        str, typer.Option(help="bpe, unigram or wordlevel. (Formerly --kind.)")
+        str,
+        typer.Option(
+            parser=one_of(*TOKENIZERS), help="bpe, unigram or wordlevel. (Formerly --kind.)"
+        ),
     ] = "bpe",
 ) -> None:
     """Train a shared source+target tokenizer as tformer train would, and print its statistics

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -15,15 +15,18 @@ from tformer_cli.cli.app import (
     app,
     err,
     friendly_errors,
+    from_options,
     out,
     positional,
 )
 from tformer_cli.cli.options import (
+    Parsed,
+    Pattern,
     Quiet,
     declared,
     with_options,
 )
-from tformer_cli.config import TRAIN_OPTIONS, ModelConfig
+from tformer_cli.config import TRAIN_OPTIONS, Range
 
 # ---------------------------------------------------------------------------- train
 
@@ -74,7 +77,11 @@ OWN = {
     ),
     "nnodes": (
         Annotated[
-            str, typer.Option(help="Machines taking part, passed to torchrun (e.g. 2, or 1:4).")
+            str,
+            typer.Option(
+                parser=Parsed(Pattern(r"[1-9][0-9]*(:[1-9][0-9]*)?", "must be N or MIN:MAX")),
+                help="Machines taking part, passed to torchrun (e.g. 2, or 1:4).",
+            ),
         ],
         "1",
     ),
@@ -103,24 +110,23 @@ HELP_ORDER = (
 
 def train_option(name: str) -> tuple[Any, Any]:
     """A train option as ``declared`` takes it: the command's own, or the one its config fields'
-    metadata declare (their type, default, help and bounds)."""
+    metadata declare (their type, default, help and values: Typer's bounds for a whole number,
+    else ``Parsed``)."""
     if name in OWN:
         return OWN[name]
     declared_in = TRAIN_OPTIONS[name]
-    option = typer.Option(help=declared_in.help, **declared_in.bounds)
+    values, number = declared_in.values, float in (declared_in.kind, *get_args(declared_in.kind))
+    checks: dict[str, Any] = {}
+    if isinstance(values, Range) and not number:
+        checks = {"min": values.low, "max": values.high}
+    elif values is not None:
+        checks = {"parser": Parsed(values, float if number else str)}
+    option = typer.Option(help=declared_in.help, **checks)
     return Annotated[declared_in.kind, option], declared_in.default
 
 
 # Every option of tformer train, in the order of its help.
 TRAIN = declared(**{name: train_option(name) for name in HELP_ORDER})
-
-
-def check_choices(model_cfg: ModelConfig) -> None:
-    """A usage error for --positional or --norm given a value of no use."""
-    if model_cfg.positional not in ("sinusoidal", "learned"):
-        raise typer.BadParameter("use sinusoidal or learned", param_hint="--positional")
-    if model_cfg.norm not in ("post", "pre"):
-        raise typer.BadParameter("use post or pre", param_hint="--norm")
 
 
 def given(ctx: typer.Context, values: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -151,10 +157,11 @@ def train(ctx: typer.Context, **values: Any) -> None:
     if v.nproc > 1 or v.nnodes != "1":  # the same command, once per process, under torchrun
         raise typer.Exit(launch_processes(v.nproc, v.nnodes, v.rdzv_endpoint, sys.argv[2:]))
     log = training_log(v.quiet)
-    model_cfg, train_cfg, run_dir = train_settings(
-        given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
-        resume=v.resume, name=v.name, runs_dir=v.runs_dir, log=log, check=check_choices,
-    )  # fmt: skip
+    with from_options(ctx):
+        model_cfg, train_cfg, run_dir = train_settings(
+            given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
+            resume=v.resume, name=v.name, runs_dir=v.runs_dir, log=log,
+        )  # fmt: skip
     trained = run_training(
         run_dir, model_cfg, train_cfg, resume=v.resume is not None, log=log,
         tensorboard=v.tensorboard, quiet=v.quiet,

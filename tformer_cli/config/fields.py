@@ -1,19 +1,94 @@
-"""The metadata of a config field that ``tformer train`` sets with an option, and building a
-config from a table of values with one-line errors."""
+"""The values a config field may hold (``Range``, ``OneOf``: declared once, beside the field,
+checked by the config and by the option that sets it), the metadata of a field that ``tformer
+train`` sets with an option, and building a config from a table of values with one-line
+errors."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 
 
-def option(help: str, name: str = "", *, path: bool = False, **bounds: Any) -> dict[str, Any]:
+def shown(x: float) -> str:
+    """A bound as a rule writes it: ``1``, ``0.0001``, ``9223372036854775807``."""
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values of a number setting: finite, from ``low`` to ``high`` (``None``: no bound),
+    each end included unless ``low_open``/``high_open``."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @property
+    def rule(self) -> str:
+        """The rule a value outside the range breaks: ``must be in (0, 1]``."""
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"must be in {left}{shown(low)}, {shown(high)}{right}"
+        if low is not None:
+            return f"must be {'above' if self.low_open else 'at least'} {shown(low)}"
+        if high is not None:
+            return f"must be {'below' if self.high_open else 'at most'} {shown(high)}"
+        return "must be a finite number"
+
+    def refuses(self, value: float) -> str | None:
+        """The rule ``value`` breaks, or None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        low, high = self.low, self.high
+        below = low is not None and (value <= low if self.low_open else value < low)
+        above = high is not None and (value >= high if self.high_open else value > high)
+        return self.rule if below or above else None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The values of a setting of a fixed set: ``choices``."""
+
+    choices: tuple[str, ...]
+
+    @property
+    def rule(self) -> str:
+        return f"must be one of {', '.join(self.choices)}"
+
+    def refuses(self, value: str) -> str | None:
+        return None if value in self.choices else self.rule
+
+
+Values = Range | OneOf
+
+
+def option(
+    help: str, name: str = "", *, path: bool = False, values: Values | None = None
+) -> dict[str, Any]:
     """The metadata of a field that ``tformer train`` sets with an option: its ``help``, its
     name (default: the field's, as ``--name-with-dashes``), ``path``: a file or folder (a
-    ``Path``), ``bounds``: the ``min``/``max`` of its value (``TRAIN_OPTIONS``)."""
-    return {"option": name, "help": help, "path": path, "bounds": bounds}
+    ``Path``), ``values``: those it may hold (``TRAIN_OPTIONS``, ``check_values``)."""
+    return {"option": name, "help": help, "path": path, "values": values}
+
+
+def values(allowed: Values) -> dict[str, Values]:
+    """The metadata of a field that may hold ``allowed`` and no option of train sets."""
+    return {"values": allowed}
+
+
+def check_values(config: Any) -> None:
+    """A ``SettingError`` for the first field of ``config`` (a dataclass) whose value is not
+    one of the ``values`` its metadata declares; ``None`` is no value (an optional setting)."""
+    for f in dataclasses.fields(config):
+        allowed, value = f.metadata.get("values"), getattr(config, f.name)
+        if allowed is not None and value is not None and (rule := allowed.refuses(value)):
+            raise SettingError(f.name, value, rule)
 
 
 MODES = ("auto", "on", "off")  # --compile

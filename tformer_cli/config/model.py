@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-from tformer_cli.config.fields import option
-from tformer_cli.errors import TformerError
+from tformer_cli.config.fields import OneOf, Range, check_values, option, values
+from tformer_cli.errors import SettingError
 
 Positional = Literal["sinusoidal", "learned"]
 Norm = Literal["post", "pre"]
 Activation = Literal["relu", "silu"]
 ACTIVATIONS = ("relu", "silu")
+SIZE = Range(1)  # widths, heads, layers
 
 
 @dataclass(frozen=True)
@@ -20,39 +21,40 @@ class ModelConfig:
     """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
 
     vocab_size: int
-    d_model: int = field(default=128, metadata=option("Model width d_model."))
-    h: int = field(default=4, metadata=option("Attention heads h.", "heads"))
-    d_ff: int = field(default=512, metadata=option("Inner width of the feed-forward layers."))
+    d_model: int = field(default=128, metadata=option("Model width d_model.", values=SIZE))
+    h: int = field(default=4, metadata=option("Attention heads h.", "heads", values=SIZE))
+    d_ff: int = field(
+        default=512, metadata=option("Inner width of the feed-forward layers.", values=SIZE)
+    )
     n_encoder_layers: int = field(
-        default=2, metadata=option("Encoder and decoder layers (each).", "layers")
+        default=2, metadata=option("Encoder and decoder layers (each).", "layers", values=SIZE)
     )
     # the same option as n_encoder_layers: --layers sets both stacks
-    n_decoder_layers: int = field(default=2, metadata={"option": "layers"})
-    dropout: float = field(default=0.2, metadata=option("Dropout on embeddings and sublayers."))
-    positional: Positional = field(default="sinusoidal", metadata=option("sinusoidal or learned."))
+    n_decoder_layers: int = field(default=2, metadata={"option": "layers", **values(SIZE)})
+    dropout: float = field(
+        default=0.2,
+        metadata=option("Dropout on embeddings and sublayers.", values=Range(0, 1, high_open=True)),
+    )
+    positional: Positional = field(
+        default="sinusoidal",
+        metadata=option("sinusoidal or learned.", values=OneOf(get_args(Positional))),
+    )
     norm: Norm = field(
-        default="post", metadata=option("post: LayerNorm(x + f(x)) (paper), or pre.")
+        default="post",
+        metadata=option("post: LayerNorm(x + f(x)) (paper), or pre.", values=OneOf(get_args(Norm))),
     )
     tie_embeddings: bool = field(
         default=True, metadata=option("Tie embeddings and output layer.", "tie")
     )
     max_positions: int = 1024
-    activation: Activation = "relu"  # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
+    # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
+    activation: Activation = field(default="relu", metadata=values(OneOf(ACTIVATIONS)))
     output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
-        sizes = {"d_model": "--d-model", "h": "--heads", "d_ff": "--d-ff",
-                 "n_encoder_layers": "--layers", "n_decoder_layers": "--layers"}  # fmt: skip
-        for name, flag in sizes.items():
-            if getattr(self, name) < 1:
-                value = getattr(self, name)
-                raise TformerError(f"{name} ({flag}) must be at least 1, not {value}")
+        check_values(self)
         if self.d_model % self.h:
-            raise TformerError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
-        if not 0 <= self.dropout < 1:
-            raise TformerError(f"dropout must be in [0, 1), not {self.dropout}")
-        if self.activation not in ACTIVATIONS:
-            raise TformerError(f"unknown activation {self.activation!r}: use relu or silu")
+            raise SettingError("h", self.h, f"must divide {{d_model}} ({self.d_model})")
 
     @property
     def d_k(self) -> int:

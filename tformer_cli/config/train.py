@@ -4,15 +4,15 @@ metadata), and the shipped recipes."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from tformer_cli.config.fields import check_mode, from_dict, option
+from tformer_cli.config.decode import MAX_SEED
+from tformer_cli.config.fields import MODES, OneOf, Range, check_values, from_dict, option
 from tformer_cli.config.model import ModelConfig
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import SettingError, TformerError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,7 +21,11 @@ else:  # pragma: no cover
 
 DECAYS = ("auto", "rsqrt", "linear", "cosine")
 MAX_VOCAB = 1_000_000  # subword types: past this, tokenizer training runs out of memory first
-MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed takes it everywhere
+TOKENIZERS = ("bpe", "unigram", "wordlevel")
+SCHEDULES = ("off", "linear", "exp", "inverse-sigmoid")  # scheduled sampling
+DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("fp32", "bf16", "auto")
+AT_LEAST_1, AT_LEAST_0 = Range(1), Range(0)
 
 
 @dataclass(frozen=True)
@@ -63,14 +67,16 @@ class TrainConfig:
         default=None, metadata=option("Plain target file of the valid split.", path=True)
     )
     vocab_size: int = field(
-        default=1000, metadata=option("Shared subword vocabulary size.", max=MAX_VOCAB)
+        default=1000, metadata=option("Shared subword vocabulary size.", values=Range(1, MAX_VOCAB))
     )
     tokenizer_kind: str = field(
-        default="bpe", metadata=option("bpe, unigram or wordlevel.", "tokenizer")
+        default="bpe",
+        metadata=option("bpe, unigram or wordlevel.", "tokenizer", values=OneOf(TOKENIZERS)),
     )
     # sentences the tokenizer trains on at most (0: all)
     tokenizer_sample: int = field(
-        default=1_000_000, metadata=option("Train the tokenizer on at most N sentences (0: all).")
+        default=1_000_000,
+        metadata=option("Train the tokenizer on at most N sentences (0: all).", values=AT_LEAST_0),
     )
     # a ready tokenizer (absolute path) instead of training one
     tokenizer_file: str | None = field(
@@ -90,43 +96,69 @@ class TrainConfig:
             path=True,
         ),
     )
-    max_tokens: int = field(default=2048, metadata=option("Batch size in padded tokens."))
-    max_len: int = field(default=256, metadata=option("Skip longer training pairs (tokens)."))
-    lr: float = field(default=2e-3, metadata=option("Peak learning rate (AdamW)."))
-    warmup: int = field(default=200, metadata=option("Warm-up steps, then --decay."))
+    max_tokens: int = field(
+        default=2048, metadata=option("Batch size in padded tokens.", values=AT_LEAST_1)
+    )
+    max_len: int = field(
+        default=256, metadata=option("Skip longer training pairs (tokens).", values=AT_LEAST_1)
+    )
+    lr: float = field(
+        default=2e-3, metadata=option("Peak learning rate (AdamW).", values=Range(0, low_open=True))
+    )
+    warmup: int = field(
+        default=200, metadata=option("Warm-up steps, then --decay.", values=AT_LEAST_1)
+    )
     # after warm-up: auto = linear to 0 at the end of --max-minutes (Li et al. 2020), else rsqrt
     decay: str = field(
         default="auto",
         metadata=option(
             "After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end of"
-            " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt)."
+            " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt).",
+            values=OneOf(DECAYS),
         ),
     )
-    label_smoothing: float = field(default=0.1, metadata=option("Label smoothing."))
-    clip_norm: float = field(default=1.0, metadata=option("Max gradient norm (0: off)."))
-    accum: int = field(default=1, metadata=option("Batches per update."))
-    max_steps: int = field(default=0, metadata=option("Stop after N updates (0: none)."))
-    max_epochs: int = field(default=6, metadata=option("Stop after N epochs (0: none).", "epochs"))
-    max_minutes: float = field(default=0.0, metadata=option("Stop after this time."))
-    valid_every: int = field(default=250, metadata=option("Validate every N updates."))
-    valid_bleu_size: int = field(default=300, metadata=option("Validation sentences for BLEU."))
+    label_smoothing: float = field(
+        default=0.1, metadata=option("Label smoothing.", values=Range(0, 1, high_open=True))
+    )
+    clip_norm: float = field(
+        default=1.0, metadata=option("Max gradient norm (0: off).", values=AT_LEAST_0)
+    )
+    accum: int = field(default=1, metadata=option("Batches per update.", values=AT_LEAST_1))
+    max_steps: int = field(
+        default=0, metadata=option("Stop after N updates (0: none).", values=AT_LEAST_0)
+    )
+    max_epochs: int = field(
+        default=6, metadata=option("Stop after N epochs (0: none).", "epochs", values=AT_LEAST_0)
+    )
+    max_minutes: float = field(
+        default=0.0, metadata=option("Stop after this time.", values=AT_LEAST_0)
+    )
+    valid_every: int = field(
+        default=250, metadata=option("Validate every N updates.", values=AT_LEAST_1)
+    )
+    valid_bleu_size: int = field(
+        default=300, metadata=option("Validation sentences for BLEU.", values=AT_LEAST_1)
+    )
     # minutes of training between saves of last.pt besides validations
     save_every: float = field(
         default=5.0,
         metadata=option(
             "Save last.pt at least every N minutes, besides each validation (0: only at"
-            " validations). A killed run loses at most this much work."
+            " validations). A killed run loses at most this much work.",
+            values=AT_LEAST_0,
         ),
     )
     patience: int = field(
-        default=0, metadata=option("Early stop after N validations without gain (0: off).")
+        default=0,
+        metadata=option("Early stop after N validations without gain (0: off).", values=AT_LEAST_0),
     )
     # keep the last N validation checkpoints, average them at the end (0: off)
     average: int = field(
         default=0,
         metadata=option(
             "Keep the last N validation checkpoints; at the end their mean becomes model.pt if it"
-            " validates at least as well as the best one (0: off)."
+            " validates at least as well as the best one (0: off).",
+            values=AT_LEAST_0,
         ),
     )
     # the length penalty of this run's beam search unless --alpha is given
@@ -134,88 +166,68 @@ class TrainConfig:
         default=0.6,
         metadata=option(
             "The length penalty (GNMT alpha) of this run's beam search when translate, eval or"
-            " serve is given no --alpha."
+            " serve is given no --alpha.",
+            values=AT_LEAST_0,
         ),
     )
-    seed: int = field(default=1234, metadata=option("Random seed.", min=0, max=MAX_SEED))
+    seed: int = field(default=1234, metadata=option("Random seed.", values=Range(0, MAX_SEED)))
     precision: str = field(
         default="auto",
-        metadata=option("fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it)."),
+        metadata=option(
+            "fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it).",
+            values=OneOf(PRECISIONS),
+        ),
     )
     device: str = field(
-        default="auto", metadata=option("auto (CUDA > MPS > CPU), cpu, cuda or mps.")
+        default="auto",
+        metadata=option("auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)),
     )
     # torch.compile the forward and loss: on, off, or auto (where it pays)
     compile: str = field(
         default="auto",
         metadata=option(
             "torch.compile the forward pass and loss: on, off, or auto (eager: compiling was no"
-            " faster, on CPU or CUDA: docs/speed.md)."
+            " faster, on CPU or CUDA: docs/speed.md).",
+            values=OneOf(MODES),
         ),
     )
     scheduled_sampling: str = field(
-        default="off", metadata=option("Scheduled sampling: off, linear, exp or inverse-sigmoid.")
+        default="off",
+        metadata=option(
+            "Scheduled sampling: off, linear, exp or inverse-sigmoid.", values=OneOf(SCHEDULES)
+        ),
     )
     ss_k: float | None = field(
         default=None,
-        metadata=option("Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k))."),
+        metadata=option(
+            "Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k)).",
+            values=Range(),
+        ),
     )
-    ss_min: float = field(default=0.0, metadata=option("Floor of the linear schedule."))
-    ss_warmup: int = field(default=0, metadata=option("Updates of pure teacher forcing first."))
-    ss_mix: str = field(default="argmax", metadata=option("Model tokens by argmax or sample."))
-    ss_tau: float = field(default=1.0, metadata=option("Sampling temperature."))
+    ss_min: float = field(
+        default=0.0, metadata=option("Floor of the linear schedule.", values=Range(0, 1))
+    )
+    ss_warmup: int = field(
+        default=0, metadata=option("Updates of pure teacher forcing first.", values=AT_LEAST_0)
+    )
+    ss_mix: str = field(
+        default="argmax",
+        metadata=option("Model tokens by argmax or sample.", values=OneOf(("argmax", "sample"))),
+    )
+    ss_tau: float = field(
+        default=1.0, metadata=option("Sampling temperature.", values=Range(0, low_open=True))
+    )
 
     def __post_init__(self) -> None:
-        for each in dataclasses.fields(self):
-            value = getattr(self, each.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                option = "epochs" if each.name == "max_epochs" else each.name.replace("_", "-")
-                raise TformerError(f"--{option} must be a finite number, not {value}")
+        check_values(self)
         for src, tgt in (("src_file", "tgt_file"), ("valid_src_file", "valid_tgt_file")):
             if (getattr(self, src) is None) != (getattr(self, tgt) is None):
-                options = f"--{src.replace('_', '-')} and --{tgt.replace('_', '-')}"
-                raise TformerError(f"{options} go together: give both")
-        positive = ("max_tokens", "max_len", "warmup", "accum", "valid_every", "vocab_size")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise TformerError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.vocab_size > MAX_VOCAB:
-            raise TformerError(f"--vocab-size must be at most {MAX_VOCAB:,}, not {self.vocab_size}")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise TformerError(f"--seed must be in [0, 2^63), not {self.seed}")
-        for name in (
-            "max_steps",
-            "max_epochs",
-            "max_minutes",
-            "patience",
-            "ss_warmup",
-            "save_every",
-            "tokenizer_sample",
-        ):
-            if getattr(self, name) < 0:
-                option = "epochs" if name == "max_epochs" else name.replace("_", "-")
-                raise TformerError(f"--{option} must be 0 (off) or more")
-        if self.lr <= 0:
-            raise TformerError("--lr must be > 0")
-        if not 0 <= self.label_smoothing < 1:
-            raise TformerError("--label-smoothing must be in [0, 1)")
-        if self.clip_norm < 0:
-            raise TformerError("--clip-norm must be 0 (off) or more")
-        if self.beam_alpha < 0:
-            raise TformerError("--beam-alpha must be 0 or more")
-        if self.valid_bleu_size < 1:
-            raise TformerError("--valid-bleu-size must be at least 1")
-        if not 0 <= self.ss_min <= 1:
-            raise TformerError("--ss-min must be in [0, 1]")
-        if self.ss_tau <= 0:
-            raise TformerError("--ss-tau must be > 0")
-        if self.average < 0 or self.average == 1:
-            raise TformerError("--average must be 0 (off) or at least 2 checkpoints")
-        if self.decay not in DECAYS:
-            raise TformerError(f"unknown --decay {self.decay!r}: use {', '.join(DECAYS)}")
+                given, missing = (src, tgt) if getattr(self, tgt) is None else (tgt, src)
+                raise SettingError(given, getattr(self, given), f"goes with {{{missing}}}")
+        if self.average == 1:
+            raise SettingError("average", 1, "must be 0 (off) or at least 2 checkpoints")
         if self.decay in ("linear", "cosine") and not (self.max_minutes or self.max_steps):
-            raise TformerError(f"--decay {self.decay} needs --max-minutes or --max-steps")
-        check_mode(self.compile)
+            raise SettingError("decay", self.decay, "needs {max_minutes} or {max_steps}")
 
     @property
     def budget_decay(self) -> str | None:
@@ -229,13 +241,14 @@ class TrainConfig:
 @dataclass(frozen=True)
 class TrainOption:
     """A train option, declared by the metadata of the config fields it sets (``option``): its
-    name, type, default and help, the bounds of its value, and its fields in ``table``."""
+    name, type, default and help, the values it takes (``None``: any), and its fields in
+    ``table``."""
 
     name: str
     kind: Any
     default: Any
     help: str
-    bounds: dict[str, Any]
+    values: Range | OneOf | None
     table: str
     fields: tuple[str, ...]
 
@@ -260,12 +273,18 @@ def train_options() -> dict[str, TrainOption]:
                 kind = Path | None
             meta = f.metadata
             found[name] = TrainOption(
-                name, kind, f.default, meta["help"], meta["bounds"], table, (f.name,)
+                name, kind, f.default, meta["help"], meta["values"], table, (f.name,)
             )
     return found
 
 
 TRAIN_OPTIONS = train_options()
+
+
+def option_of(field: str) -> str:
+    """The train option (its name with ``_``) that sets the config field ``field``
+    (``n_encoder_layers``: ``layers``); the field's own name where none does."""
+    return next((o.name for o in TRAIN_OPTIONS.values() if field in o.fields), field)
 
 
 RECIPES = Path(__file__).parent.parent / "recipes"

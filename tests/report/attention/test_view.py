@@ -334,9 +334,7 @@ def test_command_prints_heatmaps_and_writes_files(run_dir, tmp_path):
     ("option", "message"),
     [
         (["--layer", "7"], "--layer 7 is out of range"),
-        (["--kind", "selfish"], "unknown attention kind 'selfish'"),
         (["--head", "5"], "--head 5 is out of range"),
-        (["--head", "x"], "--head 'x' is not a number"),
         (["--save", "a.pdf"], "use a .svg, .html or .png"),
     ],
 )
@@ -346,6 +344,15 @@ def test_command_bad_arguments_give_one_line_errors(run_dir, option, message):
     assert result.stdout == "" and "Traceback" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0]
+
+
+@pytest.mark.parametrize(
+    "option", [["--kind", "selfish"], ["--head", "x"], ["--layer", "0"]], ids=" ".join
+)
+def test_command_values_of_no_run_are_usage_errors(run_dir, option):
+    result = runner.invoke(app, ["inspect-attention", "red cat", "-m", str(run_dir), *option])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"Invalid value for '{option[0]}'" in result.stderr
 
 
 def test_command_follows_the_best_beam_hypothesis(run_dir, tmp_path):
