@@ -157,9 +157,11 @@ def open_translator(
     ``beam_alpha``); tformer's search decodes until ``with_engine`` says otherwise."""
     from tformer_cli.api.run import length_penalty, own_precision
     from tformer_cli.checkpoint import load_runs
+    from tformer_cli.report.runs import choose_run
 
-    precision = precision or own_precision(models[0] if models else None)
-    runs = load_runs(models, device, precision, compile)
+    paths = [choose_run(m) for m in models or [None]]
+    precision = precision or own_precision(paths[0])
+    runs = load_runs(paths, device, precision, compile)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=length_penalty(None, runs[0].config))
     return Translator(runs, cfg, use_cache=use_cache)

@@ -20,6 +20,7 @@ from tformer_cli.cli.app import (
     err,
     friendly_errors,
     out,
+    wrote,
 )
 from tformer_cli.cli.options import (
     MAX_BEAM,
@@ -249,6 +250,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     )  # fmt: skip
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
+        wrote(v.trace, v.quiet)
     translator = translator.with_engine(v.engine)
     style = output_style(v.json_out, v.nbest, v.scores)
     if inputs is None:  # a terminal and nothing to read: ask
@@ -267,6 +269,8 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     )  # fmt: skip
     if not count and not v.quiet:
         err.print("note: no input sentences: nothing to translate", markup=False)
+    if v.output is not None:
+        wrote(v.output, v.quiet)
 
 
 # ---------------------------------------------------------------------------- inspect-attention
@@ -322,7 +326,7 @@ def inspect_attention(
 
     log = Console(stderr=True, quiet=quiet, soft_wrap=True)
     if not json_out:
-        with destination(output) as console:
+        with destination(output, quiet) as console:
             run_inspect(text, model, console, log, save=save)
         return
     if output is not None:  # JSON to a file, the text to nowhere
@@ -337,5 +341,5 @@ def inspect_attention(
             text, model, Console(file=io.StringIO()), quiet_log, save=save, json_path=written
         )
         if save is not None:
-            log.print(f"wrote {save}", markup=False, highlight=False)
+            wrote(save, quiet)
         out.print(written.read_text(encoding="utf-8"), markup=False, end="")
