@@ -326,11 +326,9 @@ def test_a_run_name_stays_whole_on_an_80_column_console(runs_dir, make_run):
 
 
 # ---------------------------------------------------------------------------- the default run
-def test_the_default_run_is_the_newest_usable_one_and_runs_marks_it(
-    finished, interrupted, runs_dir, make_run
-):
+def test_runs_marks_the_run_a_command_given_none_uses(finished, interrupted, runs_dir, make_run):
     """Newest first: a running run, a broken one and an interrupted one without a model.pt are
-    passed over; an interrupted run with its model.pt is usable; ``tformer runs`` marks it."""
+    passed over; an interrupted run with its model.pt is usable: ``*`` and a legend mark it."""
     (runs_dir / "junk").mkdir()
     no_model, _ = make_run(runs_dir / "early")
     (no_model / "model.pt").unlink()
@@ -340,39 +338,17 @@ def test_the_default_run_is_the_newest_usable_one_and_runs_marks_it(
             folder = runs_dir / name
             for f in [folder, *folder.iterdir()]:
                 os.utime(f, (time.time() - 3600 * age,) * 2)
-        chosen, passed = runs.default_run(runs_dir)
         listed = list_runs(runs_dir)
         table = render(runs_dir)
-    assert chosen.path == str(interrupted) and chosen.state == "interrupted"
-    assert [(r.name, r.state) for r in passed] == [
-        ("live", "running"), ("junk", "broken"), ("early", "interrupted")
-    ]  # fmt: skip
+        rows = json.loads(render(runs_dir, as_json=True))
     assert [r.name for r in listed if r.default] == ["cut"]
-    assert runs.default_note(chosen, passed) == (
-        f"using run {interrupted} (interrupted, newest usable; newer: live running, junk broken,"
-        " early interrupted; -m to choose)"
-    )
+    assert [r["name"] for r in rows if r["default"]] == ["cut"]
     marked = [line.split() for line in table.splitlines() if line.startswith("*")]
     assert [line[1] for line in marked] == ["cut", "the"]  # the row, then the legend
     assert "*: the run a command uses without -m" in table
-    assert runs.choose_run(None, runs_dir) == interrupted
-    assert runs.choose_run(Path("done"), runs_dir) == finished  # a name given: resolve_run
 
 
-def test_the_newest_finished_run_is_the_default_and_said_plainly(finished, runs_dir):
-    chosen, passed = runs.default_run(runs_dir)
-    assert (chosen.path, passed) == (str(finished), [])
-    assert runs.default_note(chosen, passed) == (
-        f"using run {finished} (finished, newest; -m to choose)"
-    )
-
-
-def test_without_a_usable_run_the_default_says_what_there_is(tmp_path, runs_dir):
-    for folder in (tmp_path / "nowhere", runs_dir):
-        with pytest.raises(TformerError, match=r"no trained run under .*: run `tformer train`"):
-            runs.default_run(folder)
+def test_without_a_usable_run_nothing_is_marked(runs_dir):
     (runs_dir / "junk").mkdir()
-    with pytest.raises(TformerError, match=r"\(junk broken: see tformer runs\)"):
-        runs.default_run(runs_dir)
     assert not any(r.default for r in list_runs(runs_dir))
     assert "*" not in render(runs_dir)

@@ -157,7 +157,7 @@ def open_translator(
     ``beam_alpha``); tformer's search decodes until ``with_engine`` says otherwise."""
     from tformer_cli.api.run import length_penalty, own_precision
     from tformer_cli.checkpoint import load_runs
-    from tformer_cli.report.runs import choose_run
+    from tformer_cli.report.pick import choose_run
 
     paths = [choose_run(m) for m in models or [None]]
     precision = precision or own_precision(paths[0])

@@ -56,12 +56,12 @@ def check_runs(runs: Sequence[Path]) -> None:
         resolve_run(run)
 
 
-def default_run(log: Console | None) -> Path | None:
-    """The run a command given none uses (``report.runs.default_run``), named on ``log``;
+def pick_default_run(log: Console | None) -> Path | None:
+    """The run a command given none uses (``report.pick.default_run``), named on ``log``;
     ``None`` where there is none (the command says so where it needs one)."""
     from tformer_cli.errors import TformerError
-    from tformer_cli.report.runs import default_note
-    from tformer_cli.report.runs import default_run as newest_usable
+    from tformer_cli.report.pick import default_note
+    from tformer_cli.report.pick import default_run as newest_usable
 
     try:
         run, passed = newest_usable()
@@ -84,7 +84,7 @@ def show_run(
 ) -> None:
     """``tformer show``: the settings and training curves of ``run`` (default: the newest) on
     ``console``; ``save``: the curves as a picture (x axis ``x``: updates or time)."""
-    from tformer_cli.report.runs import choose_run
+    from tformer_cli.report.pick import choose_run
     from tformer_cli.report.show import show_run as show
 
     show(choose_run(run), console, save=save, x=x, err=log)
@@ -119,7 +119,7 @@ def average_checkpoints(
     """``tformer average``: the mean of the ``last`` newest checkpoints of ``run`` (default:
     the newest) written to ``output`` (default: RUN/averaged.pt); (the checkpoints, the file)."""
     from tformer_cli.checkpoint import average_run
-    from tformer_cli.report.runs import choose_run
+    from tformer_cli.report.pick import choose_run
 
     return average_run(choose_run(run), last, output)
 
@@ -128,7 +128,7 @@ def export_run(run: Path | None, to: str, output: Path, quantization: str) -> tu
     """``tformer export``: ``run`` (default: the newest) as a CTranslate2 model (``to``
     ctranslate2, weights in ``quantization``) or a Hugging Face Marian model (hf) in the new
     folder ``output``; (the run's folder, what was written)."""
-    from tformer_cli.report.runs import choose_run
+    from tformer_cli.report.pick import choose_run
 
     run_dir = choose_run(run)
     with interop_packages():

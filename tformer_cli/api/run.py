@@ -38,8 +38,9 @@ from tformer_cli.report.attention.view import summary_rows
 from tformer_cli.report.curves import make_chart, run_series
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.pick import choose_run
 from tformer_cli.report.request import EvalRequest
-from tformer_cli.report.runs import choose_run, read_log
+from tformer_cli.report.runs import read_log
 
 PathLike = str | Path
 

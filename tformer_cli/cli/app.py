@@ -151,7 +151,7 @@ def settle_runs(ctx: typer.Context) -> None:
     at once, not seconds later. None given: the run the command uses, named on stderr (not
     with ``--quiet``); where there is none, the command says so when it needs one. The old
     positional spellings and compare (which needs its runs named) are left to the command."""
-    from tformer_cli.api.reports import check_runs, default_run
+    from tformer_cli.api.reports import check_runs, pick_default_run
 
     given = ctx.params.get("model")
     if given:
@@ -160,7 +160,7 @@ def settle_runs(ctx: typer.Context) -> None:
     option = next((p for p in ctx.command.params if p.name == "model"), None)
     if option is None or ctx.params.get("legacy") or ctx.command.name == "compare":
         return
-    chosen = default_run(None if ctx.params.get("quiet") else err)
+    chosen = pick_default_run(None if ctx.params.get("quiet") else err)
     if chosen is not None:
         ctx.params["model"] = [chosen] if getattr(option, "multiple", False) else chosen
 

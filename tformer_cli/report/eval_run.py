@@ -34,8 +34,8 @@ from tformer_cli.report.evaluation import (
     evaluate,
     report_json,
 )
+from tformer_cli.report.pick import choose_run
 from tformer_cli.report.request import DataChoice, EvalRequest
-from tformer_cli.report.runs import choose_run
 from tformer_cli.report.stored import EvalKey, StoredEval, keep_eval
 
 

@@ -22,8 +22,8 @@ States, in the order they are decided:
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
   or from step 0 with its settings when it stopped before its first save).
 
-A command given no run (no ``-m``) uses the newest run that is finished, imported, or
-interrupted with a ``model.pt`` (``default_run``): never a broken one, nor one still training.
+A command given no run (no ``-m``) uses the newest ``usable`` one: finished, imported, or
+interrupted with a ``model.pt``; never a broken one, nor one still training (``report.pick``).
 ``tformer runs`` marks it.
 """
 
@@ -48,7 +48,7 @@ from rich.table import Table
 from rich.text import Text
 from torch.overrides import TorchFunctionMode
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig, resolve_run
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
@@ -263,7 +263,7 @@ class RunInfo:
     stopped_by: str | None = None
     pid: int | None = None  # the training process, while running
     resume: str | None = None  # the command that continues an interrupted run
-    default: bool = False  # the run a command given no -m uses (``default_run``)
+    default: bool = False  # the run a command given no -m uses (``pick.default_run``)
 
 
 RANDOM_INIT = frozenset(
@@ -323,9 +323,9 @@ def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
     return next((s for s in found if s.model_sha256 == sha), None)
 
 
-def collect_run(run_dir: Path, measured: bool = True) -> RunInfo:
+def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
     """Everything ``tformer runs`` shows about one folder; never raises for a broken one.
-    ``measured`` False: its state without the model's size and test scores (``default_run``)."""
+    ``details`` False: its state without the model's size and test scores (``pick``)."""
     ts = latest_write(run_dir)
     updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
     info: dict[str, Any] = dict(name=run_dir.name, path=str(run_dir), updated=updated)
@@ -339,7 +339,7 @@ def collect_run(run_dir: Path, measured: bool = True) -> RunInfo:
             return RunInfo(state="running", detail=running_detail(pid, "setting up"), pid=pid,
                            **info)  # fmt: skip
         return RunInfo(state="broken", detail=str(e), **info)
-    if measured:
+    if details:
         info.update(settings(config))
     try:
         records = read_log(run_dir)
@@ -349,7 +349,7 @@ def collect_run(run_dir: Path, measured: bool = True) -> RunInfo:
         return RunInfo(state="broken", detail=str(e), **info)
     end = stop_record(records)
     info.update(progress(records, end))
-    if measured:
+    if details:
         info.update(scores_on_test(run_dir, config.train, end))
     if running:
         return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
@@ -462,11 +462,11 @@ def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
     return runs
 
 
-def collect_or_say_why(run_dir: Path, measured: bool = True) -> RunInfo:
+def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
     """``collect_run``, with any failure to read the folder (permissions, odd file contents)
     turned into a broken row: one folder never stops the listing of the others."""
     try:
-        return collect_run(run_dir, measured=measured)
+        return collect_run(run_dir, details=details)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         reason = f"cannot be read ({type(e).__name__}: {e})"
         return RunInfo(run_dir.name, str(run_dir), "broken", reason, None, 0.0)
@@ -479,40 +479,6 @@ def usable(run: RunInfo) -> bool:
     if run.state == "interrupted":
         return (Path(run.path) / "model.pt").is_file()
     return run.state in ("finished", "imported")
-
-
-def default_run(runs_dir: Path = RUNS_DIR) -> tuple[RunInfo, list[RunInfo]]:
-    """The run a command given none uses: the newest ``usable`` one, the one ``tformer runs``
-    marks; and the newer runs passed over. Reads the runs newest first, until one is usable."""
-    passed: list[RunInfo] = []
-    for folder in run_folders(runs_dir) if runs_dir.is_dir() else []:
-        run = collect_or_say_why(folder, measured=False)
-        if usable(run):
-            return run, passed
-        passed.append(run)
-    found = f" ({states(passed)}: see tformer runs)" if passed else ""
-    raise TformerError(
-        f"no trained run under {runs_dir}/{found}: run `tformer train` first, or give -m RUN"
-    )
-
-
-def states(runs: Sequence[RunInfo], most: int = 3) -> str:
-    """``a running, b broken``: the first ``most`` runs' names and states."""
-    return ", ".join(f"{r.name} {r.state}" for r in runs[:most]) + ", ..." * (len(runs) > most)
-
-
-def default_note(run: RunInfo, passed: Sequence[RunInfo]) -> str:
-    """The line a command given no run prints: which run it uses, its state, and the newer
-    runs it passed over."""
-    why = f"newest usable; newer: {states(passed)}" if passed else "newest"
-    return f"using run {run.path} ({run.state}, {why}; -m to choose)"
-
-
-def choose_run(run: Path | None, runs_dir: Path = RUNS_DIR) -> Path:
-    """The folder of ``run`` (a folder or a name: ``resolve_run``), else of ``default_run``."""
-    if run is not None:
-        return resolve_run(run, runs_dir)
-    return Path(default_run(runs_dir)[0].path)
 
 
 # ---------------------------------------------------------------------------- rendering

@@ -20,7 +20,8 @@ from tformer_cli.report.curves import (
     run_series,
     save_chart,
 )
-from tformer_cli.report.runs import RunInfo, choose_run, collect_run, read_log
+from tformer_cli.report.pick import choose_run
+from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
 
 def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:

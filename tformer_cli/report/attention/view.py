@@ -38,7 +38,7 @@ from tformer_cli.report.attention.maps import (
     View,
     inspect_pair,
 )
-from tformer_cli.report.runs import choose_run
+from tformer_cli.report.pick import choose_run
 
 
 # ---------------------------------------------------------------------------- selection
