@@ -223,7 +223,8 @@ def test_tokenizer_train_kind_is_now_tokenizer_with_a_notice(tiny_corpus, tmp_pa
     old = invoke(*args, tmp_path / "old.json", "--kind=wordlevel")
     assert new.exit_code == 0 and old.exit_code == 0, old.output
     assert (tmp_path / "new.json").read_text() == (tmp_path / "old.json").read_text()
-    notices = stderr_lines(old)
+    *notices, written = stderr_lines(old)
+    assert written == f"wrote {tmp_path / 'old.json'}"
     assert len(notices) == 2 and all("deprecated" in n for n in notices)
     assert any("use --tokenizer" in n for n in notices)
     assert any("tokenizer train -o FILE" in n for n in notices)
