@@ -27,6 +27,7 @@ demo: $(STAMP)
 	@{ head -n 3 data/toy/test.tsv; grep -m 1 ' because ' data/toy/test.tsv; } > $(VENV)/demo.tsv
 	@cut -f1 $(VENV)/demo.tsv | $(BIN)/tformer translate --quiet | paste $(VENV)/demo.tsv - \
 	  | awk -F'\t' '{ printf "  source:      %s\n  reference:   %s\n  translation: %s\n\n", $$1, $$2, $$3 }'
+	@echo "Next: the tour in README.md, where -m toy names the newest runs/toy-<time>: this run."
 
 # The suite in TEST_JOBS processes (pytest-xdist), a test file per process at a time: the
 # module-scoped fixtures (trained runs, compiled steps) are built once per file as before.

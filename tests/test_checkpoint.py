@@ -6,11 +6,14 @@ import dataclasses
 import fractions
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import checkout_first_env
 from tformer_cli.checkpoint import (
     FORMAT,
     RunConfig,
@@ -164,26 +167,62 @@ def test_load_state_never_runs_code_from_a_checkpoint(tmp_path):
 
 
 # ---------------------------------------------------------------------------- finding runs
-def test_latest_run_picks_the_newest_model(tmp_path):
-    # names sort differently from times: the newest model.pt must win, not the last name
-    for name, stamp in (("b-old", 1_000_000), ("a-new", 3_000_000), ("c-mid", 2_000_000)):
+def test_latest_run_is_the_newest_time_stamped_run_of_a_name(tmp_path):
+    """``tformer train`` without --name makes ``DATA-YYYYMMDD-HHMMSS``: the name alone is the
+    newest by its stamp (not by the folder's time), and only whole stamps count."""
+    for name in ("toy-20261126-093738", "toy-20261127-080000", "toy-20251231-235959"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "model.pt").write_bytes(b"x")
-        os.utime(tmp_path / name / "model.pt", (stamp, stamp))
-    (tmp_path / "d-untrained").mkdir()  # no model.pt: not a candidate
-    assert latest_run(tmp_path) == tmp_path / "a-new"
+    os.utime(tmp_path / "toy-20251231-235959")  # touched last: the stamp still decides
+    for other in ("toy-2", "toy-20261128-0900", "toyx-20261129-090000", "mytoy-20261129-090000"):
+        (tmp_path / other).mkdir()
+    (tmp_path / "toy-20261130-090000").write_text("a file, not a run")
+    assert latest_run("toy", tmp_path) == tmp_path / "toy-20261127-080000"
+    assert latest_run("small", tmp_path) is None
+    assert latest_run("toy", tmp_path / "missing") is None
 
 
-def test_latest_run_without_runs_tells_how_to_train(tmp_path):
-    for runs_dir in (tmp_path / "missing", tmp_path):
-        with pytest.raises(TformerError, match="tformer train"):
-            latest_run(runs_dir)
+def test_the_time_stamp_is_the_one_train_writes(tmp_path):
+    from tformer_cli.training.setup import new_run_dir
+
+    made = new_run_dir(tmp_path, None, "toy")
+    made.mkdir()
+    assert latest_run("toy", tmp_path) == made
 
 
-def test_resolve_run_rejects_a_missing_folder(tmp_path):
-    with pytest.raises(TformerError, match="does not exist"):
-        resolve_run(tmp_path / "nope")
+def test_resolve_run_takes_a_folder_a_name_or_a_name_of_time_stamped_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("done", "toy-20261126-093738", "toy-20261127-080000"):
+        (runs / name).mkdir(parents=True)
+    assert resolve_run(runs / "done") == runs / "done"
+    assert resolve_run(Path("done"), runs) == runs / "done"  # as translate -m done, from ./
+    assert resolve_run(Path("toy"), runs) == runs / "toy-20261127-080000"  # make demo's runs
+    assert resolve_run(Path("toy-20261126-093738"), runs) == runs / "toy-20261126-093738"
+    (runs / "toy").mkdir()  # a run named toy wins over the stamped ones
+    assert resolve_run(Path("toy"), runs) == runs / "toy"
     assert resolve_run(tmp_path) == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [("nope", r"^run folder nope does not exist \(nor \S*runs/nope, nor \S*runs/nope-YYYYMMDD-"),
+     ("a/nope", r"^run folder a/nope does not exist: see tformer runs$"),
+     ("file", "is a file")],
+)  # fmt: skip
+def test_resolve_run_names_what_it_looked_for(tmp_path, monkeypatch, given, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "toy-20261126-093738").mkdir(parents=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TformerError, match=message):
+        resolve_run(Path(given), tmp_path / "runs")
+
+
+def test_finding_a_run_imports_no_torch():
+    """The command line checks each -m before torch loads (seconds): this module must allow it."""
+    code = "import sys; import tformer_cli.checkpoint; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=checkout_first_env(), capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "False", done.stderr
 
 
 # ---------------------------------------------------------------------------- whole runs
@@ -310,15 +349,3 @@ def test_a_run_stopped_between_its_tokenizer_and_its_config_says_so(tmp_path, ma
     (run_dir / "tokenizer.json").unlink()
     with pytest.raises(TformerError, match=r"is not a tformer run \(no config.json\)"):
         RunConfig.load(run_dir)
-
-
-def test_resolve_run_takes_a_folder_or_a_name_under_runs(tmp_path):
-    runs = tmp_path / "runs"
-    (runs / "done").mkdir(parents=True)
-    assert resolve_run(runs / "done") == runs / "done"
-    assert resolve_run(Path("done"), runs) == runs / "done"  # as translate -m done, from ./
-    with pytest.raises(TformerError, match=r"run folder nope does not exist \(nor .*runs/nope\)"):
-        resolve_run(Path("nope"), runs)
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(TformerError, match="is a file"):
-        resolve_run(tmp_path / "file", runs)

@@ -364,9 +364,8 @@ def test_average_writes_the_mean_of_the_newest_checkpoints(tmp_path, make_run):
         save_checkpoint(run_dir, 250 * step, state, keep=5)
     result = invoke("average", "-m", str(run_dir), "--last", "2")
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == (
-        f"averaged 2 checkpoints (step-000500 to step-000750) -> {run_dir / 'averaged.pt'}"
-    )
+    assert result.stdout.strip() == "averaged 2 checkpoints (step-000500 to step-000750)"
+    assert result.stderr.strip() == f"wrote {run_dir / 'averaged.pt'}"
     averaged = load_state(run_dir / "averaged.pt")
     for k, v in model.state_dict().items():
         assert torch.allclose(averaged[k], v + 1.5, atol=1e-6), k

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 import typer
 from typer.testing import CliRunner
 
+from tests.conftest import checkout_first_env
 from tformer_cli import cli
 from tformer_cli.cli import app
 from tformer_cli.config import MAX_VOCAB
@@ -115,7 +118,85 @@ def test_runs_json_and_o_write_what_would_print(run_dir, tmp_path):
     assert (tmp_path / "runs.txt").read_text() == table.stdout and "run" in table.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "written"),
+    [(["translate", "--greedy", "--max-len-b", "2", "-o", "t.txt", "red cat"], "t.txt"),
+     (["translate", "-k", "2", "--max-len-b", "2", "--trace", "trace.json", "red cat"],
+      "trace.json"),
+     (["eval", "--data", "corpus", "--limit", "2", "--beam", "1", "-o", "report.txt"],
+      "report.txt"),
+     (["eval", "--data", "corpus", "--limit", "2", "--beam", "1", "--json", "-o", "e.json"],
+      "e.json"),
+     (["eval", "--data", "corpus", "--limit", "2", "--beam", "1", "--hypotheses", "hyps.txt"],
+      "hyps.txt"),
+     (["inspect-attention", "red cat", "--no-align", "-o", "maps.txt"], "maps.txt"),
+     (["inspect-attention", "red cat", "--no-align", "--json", "-o", "maps.json"], "maps.json"),
+     (["inspect-attention", "red cat", "--no-align", "--json", "--save", "m.svg"], "m.svg"),
+     (["runs", "-o", "runs.txt"], "runs.txt"),
+     (["average", "--last", "2", "-o", "mean.pt"], "mean.pt"),
+     (["tokenizer", "train", "--data", "corpus", "--vocab-size", "60", "-o", "tok.json"],
+      "tok.json")],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else None,
+)  # fmt: skip
+def test_a_file_written_where_a_command_was_told_is_named_once_on_stderr(
+    args, written, tmp_path, make_run, tiny_corpus
+):
+    """``wrote FILE`` on stderr, once, after the file is whole; ``--quiet`` silences it."""
+    from tformer_cli.checkpoint import save_checkpoint
+
+    run_dir, model = make_run(tmp_path / "runs" / "r")
+    for step in (1, 2):
+        save_checkpoint(run_dir, step, model.state_dict(), keep=2)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert stderr_lines(result).count(f"wrote {written}") == 1, result.stderr
+    assert (tmp_path / written).is_file()
+    command = typer.main.get_command(app)
+    for name in args[: 2 if args[0] == "tokenizer" else 1]:
+        command = command.commands[name]
+    if any(p.name == "quiet" for p in command.params):
+        assert "wrote" not in invoke(*args, "--quiet").stderr
+
+
 # ---------------------------------------------------------------------------- the run as -m
+def test_a_command_given_no_run_names_the_one_it_uses(tmp_path, make_run):
+    """``make demo``'s run, ``runs/toy-<time>``, is the newest: a command without -m says it uses
+    it (not with --quiet), ``-m toy`` names it, and ``tformer runs`` marks it."""
+    run_dir, _ = make_run(tmp_path / "runs" / "toy-20261126-093738")
+    stop = {"step": 1, "stopped_by": "reached --max-steps 1"}
+    (run_dir / "log.jsonl").write_text(f'{{"step": 1, "loss": 1.0}}\n{json.dumps(stop)}\n')
+    args = ["translate", "--device", "cpu", "--greedy", "--max-len-b", "2", "red cat"]
+    chosen = invoke(*args)
+    assert chosen.exit_code == 0, chosen.output
+    assert stderr_lines(chosen) == [
+        "using run runs/toy-20261126-093738 (finished, newest; -m to choose)"
+    ]
+    assert invoke(*args, "--quiet").stderr == ""
+    named = invoke(*args, "-m", "toy")
+    assert (named.stdout, named.stderr) == (chosen.stdout, "")
+    table = invoke("runs").stdout.splitlines()
+    assert [line.split()[1] for line in table if line.startswith("* ")] == [run_dir.name]
+
+
+def test_a_mistyped_run_is_one_line_before_torch_is_imported(tmp_path):
+    """Found by name alone, before the seconds of importing torch (``python -X importtime``
+    lists every module imported)."""
+    command = [sys.executable, "-X", "importtime", "-m", "tformer_cli", "translate", "-m",
+               "nosuchrun", "x"]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=tmp_path, env=checkout_first_env(), capture_output=True, text=True
+    )
+    lines = done.stderr.splitlines()
+    imported = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import ")]
+    said = [line for line in lines if not line.startswith("import ")]
+    assert done.returncode == 1 and done.stdout == ""
+    assert said == [
+        "Error: run folder nosuchrun does not exist (nor runs/nosuchrun, nor"
+        " runs/nosuchrun-YYYYMMDD-HHMMSS): see tformer runs"
+    ]
+    assert "tformer_cli.cli" in imported and "torch" not in imported
+
+
 def test_show_takes_the_run_as_m_and_still_as_an_argument_with_a_notice(run_dir):
     new, old = invoke("show", "-m", run_dir), invoke("show", run_dir)
     assert new.exit_code == 0 and old.exit_code == 0, old.output
@@ -142,7 +223,8 @@ def test_tokenizer_train_kind_is_now_tokenizer_with_a_notice(tiny_corpus, tmp_pa
     old = invoke(*args, tmp_path / "old.json", "--kind=wordlevel")
     assert new.exit_code == 0 and old.exit_code == 0, old.output
     assert (tmp_path / "new.json").read_text() == (tmp_path / "old.json").read_text()
-    notices = stderr_lines(old)
+    *notices, written = stderr_lines(old)
+    assert written == f"wrote {tmp_path / 'old.json'}"
     assert len(notices) == 2 and all("deprecated" in n for n in notices)
     assert any("use --tokenizer" in n for n in notices)
     assert any("tokenizer train -o FILE" in n for n in notices)

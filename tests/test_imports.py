@@ -182,7 +182,7 @@ def test_the_command_line_imports_ctranslate2_before_torch_when_asked(engine, tm
     """Imported after torch has run, CTranslate2's searches ran up to 2.5x slower: the entry
     point imports it first when the command names it (the CLI's modules load no torch)."""
     pytest.importorskip("ctranslate2")
-    argv = ["tformer", "translate", *engine, "-m", str(tmp_path / "no-run"), "a dog"]
+    argv = ["tformer", "translate", *engine, "-m", str(tmp_path), "a dog"]  # a folder, no run
     code = (
         "import sys; from tformer_cli.cli import main; "
         f"assert 'torch' not in sys.modules; sys.argv = {argv!r}\n"

@@ -366,7 +366,7 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = ["serve", "-m", str(tmp_path / "nowhere"), "--port", str(port)]
+        args = ["serve", "-m", str(tmp_path), "--port", str(port)]  # a folder, no run in it
         result = CliRunner().invoke(cli_app, args)
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]

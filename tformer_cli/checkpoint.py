@@ -8,6 +8,10 @@ runs/<name>/
   last.pt         weights + optimizer + schedule + step + RNG states, for --resume
   log.jsonl       one JSON object per logged step / validation
   checkpoints/    with --average N: the weights of the last N validations, step-NNNNNN.pt
+
+A run is named by its folder, or by a name under ``runs/`` (``resolve_run``). Importing this
+module imports no torch (each function that needs it imports it): the command line checks the
+runs it is given before torch loads, so a mistyped name is reported at once, not seconds later.
 """
 
 from __future__ import annotations
@@ -20,20 +24,20 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from tokenizers import Tokenizer
 
 from tformer_cli import __version__
-from tformer_cli.compile import check_mode
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.tokenizer import load_tokenizer
-from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
-from tformer_cli.model import Transformer
-from tformer_cli.model.quantize import quantize_int8
+
+if TYPE_CHECKING:
+    import torch
+
+    from tformer_cli.model import Transformer
 
 RUNS_DIR = Path("runs")
 TARGET_TOKENIZER = "target_tokenizer.json"
@@ -43,6 +47,8 @@ FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 def torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` through a Python file, so that a failed write (a full disk) surfaces as
     the ``OSError`` it is (``torch.save`` to a path reports it as a bare ``RuntimeError``)."""
+    import torch
+
     with open(path, "wb") as f:
         torch.save(obj, f)
 
@@ -121,6 +127,8 @@ def check_checkpoint(path: Path) -> None:
 
 def load_state(path: Path) -> dict[str, Any]:
     """``torch.load`` with ``weights_only=True`` (a checkpoint never runs code); one-line errors."""
+    import torch
+
     check_checkpoint(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -158,6 +166,8 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) 
 def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The element-wise mean of state dicts with equal keys and shapes, summed in fp32 (each
     tensor keeps its dtype). Reads ``states`` one at a time: one model in memory, plus the sum."""
+    import torch
+
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     n = 0
@@ -193,29 +203,41 @@ def average_run(
     return paths, target
 
 
-def latest_run(runs_dir: Path = RUNS_DIR) -> Path:
-    """The most recently trained run under ``runs_dir`` (newest ``model.pt``)."""
-    runs = [p.parent for p in runs_dir.glob("*/model.pt")] if runs_dir.is_dir() else []
-    if not runs:
-        raise TformerError(
-            f"no trained run under {runs_dir}/: run `tformer train` first, or pass --model DIR"
-        )
-    return max(runs, key=lambda p: (p / "model.pt").stat().st_mtime)
+STAMP = "%Y%m%d-%H%M%S"  # of train's run names without --name: DATA-YYYYMMDD-HHMMSS
+_STAMPED = re.compile(r"-\d{8}-\d{6}")
 
 
-def resolve_run(model: Path | None, runs_dir: Path = RUNS_DIR) -> Path:
-    """The run folder a command should use: ``model``, a folder or a name under ``runs_dir``;
-    without it, the newest run."""
-    if model is None:
-        return latest_run()
+def latest_run(name: str, runs_dir: Path = RUNS_DIR) -> Path | None:
+    """The newest ``runs_dir/NAME-YYYYMMDD-HHMMSS`` (as ``tformer train`` names a run given no
+    ``--name``), by its time stamp; ``None`` if there is none."""
+    stamped = [
+        p.name
+        for p in (runs_dir.iterdir() if runs_dir.is_dir() else [])
+        if p.name.startswith(name) and _STAMPED.fullmatch(p.name[len(name) :]) and p.is_dir()
+    ]
+    return runs_dir / max(stamped) if stamped else None
+
+
+def resolve_run(model: Path, runs_dir: Path = RUNS_DIR) -> Path:
+    """The run folder ``model`` names: a folder; else ``runs_dir/NAME``; else the newest
+    ``runs_dir/NAME-YYYYMMDD-HHMMSS`` (``latest_run``: ``toy`` is the newest toy run trained
+    without ``--name``). Reads no file: cheap enough to check every ``-m`` before torch loads."""
     if model.is_dir():
         return model
     if model.exists():
         raise TformerError(f"{model} is a file; give a run folder (runs/NAME)")
-    if len(model.parts) == 1 and (runs_dir / model).is_dir():
+    if len(model.parts) > 1:  # a path, not a name
+        raise TformerError(f"run folder {model} does not exist: see tformer runs")
+    if (runs_dir / model).is_dir():
         return runs_dir / model
-    nor = f" (nor {runs_dir / model})" if len(model.parts) == 1 else ""
-    raise TformerError(f"run folder {model} does not exist{nor}: see tformer runs")
+    stamped = latest_run(model.name, runs_dir)
+    if stamped is None:
+        named = runs_dir / model
+        raise TformerError(
+            f"run folder {model} does not exist (nor {named}, nor {named}-YYYYMMDD-HHMMSS):"
+            " see tformer runs"
+        )
+    return stamped
 
 
 @dataclass
@@ -242,6 +264,10 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     (``torch.qint8``, CPU); column-major weights on the CPU; on a GPU in bf16, weights kept in
     bf16, which is what autocast casts them to at every call (a CUDA graph would repeat the
     casts at every step)."""
+    import torch
+
+    from tformer_cli.model.quantize import quantize_int8
+
     if dtype == torch.qint8:
         return quantize_int8(net)
     if device.type == "cpu":
@@ -262,10 +288,14 @@ def load_weights(net: torch.nn.Module, run_dir: Path) -> None:
 
 
 def load_run(
-    model: Path | None, device: str = "auto", precision: str = "fp32", compile: str = "auto"
+    model: Path, device: str = "auto", precision: str = "fp32", compile: str = "auto"
 ) -> LoadedRun:
-    """Load ``model.pt`` + ``tokenizer.json`` of a run (default: the newest) in eval mode, ready
-    for inference (``for_inference``)."""
+    """Load ``model.pt`` + ``tokenizer.json`` of a run (a folder or a name: ``resolve_run``) in
+    eval mode, ready for inference (``for_inference``)."""
+    from tformer_cli.compile import check_mode
+    from tformer_cli.device import resolve_device, resolve_precision, setup_threads
+    from tformer_cli.model import Transformer
+
     run_dir = resolve_run(model)
     config = RunConfig.load(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
@@ -286,14 +316,13 @@ def load_run(
 
 
 def load_runs(
-    models: Sequence[Path] | None,
+    models: Sequence[Path],
     device: str = "auto",
     precision: str = "fp32",
     compile: str = "auto",
 ) -> list[LoadedRun]:
-    """``load_run`` of each run folder (default: the newest run): several decode as an
-    ensemble (``shared_tokenizer``)."""
-    return shared_tokenizer([load_run(m, device, precision, compile) for m in (models or [None])])
+    """``load_run`` of each run: several decode as an ensemble (``shared_tokenizer``)."""
+    return shared_tokenizer([load_run(m, device, precision, compile) for m in models])
 
 
 def shared_tokenizer(runs: list[LoadedRun]) -> list[LoadedRun]:

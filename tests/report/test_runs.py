@@ -306,10 +306,10 @@ def test_config_with_other_settings_still_collects(runs_dir, make_run):
 def test_a_folder_that_cannot_be_read_does_not_stop_the_listing(finished, interrupted, monkeypatch):
     collect = runs.collect_run
 
-    def flaky(run_dir):
+    def flaky(run_dir, **how):
         if run_dir.name == "cut":
             raise PermissionError(13, "Permission denied", str(run_dir / "log.jsonl"))
-        return collect(run_dir)
+        return collect(run_dir, **how)
 
     monkeypatch.setattr(runs, "collect_run", flaky)
     found = {r.name: r for r in list_runs(finished.parent)}
@@ -323,3 +323,32 @@ def test_a_run_name_stays_whole_on_an_80_column_console(runs_dir, make_run):
     console = Console(file=io.StringIO(), width=80, soft_wrap=True, color_system=None)  # as cli's
     show_runs(runs_dir, console)
     assert "toy-20261126-075542" in console.file.getvalue()
+
+
+# ---------------------------------------------------------------------------- the default run
+def test_runs_marks_the_run_a_command_given_none_uses(finished, interrupted, runs_dir, make_run):
+    """Newest first: a running run, a broken one and an interrupted one without a model.pt are
+    passed over; an interrupted run with its model.pt is usable: ``*`` and a legend mark it."""
+    (runs_dir / "junk").mkdir()
+    no_model, _ = make_run(runs_dir / "early")
+    (no_model / "model.pt").unlink()
+    with hold_run_lock(runs_dir / "live"):
+        RunConfig.load(finished).save(runs_dir / "live")
+        for age, name in enumerate(["live", "junk", "early", "cut", "done"]):
+            folder = runs_dir / name
+            for f in [folder, *folder.iterdir()]:
+                os.utime(f, (time.time() - 3600 * age,) * 2)
+        listed = list_runs(runs_dir)
+        table = render(runs_dir)
+        rows = json.loads(render(runs_dir, as_json=True))
+    assert [r.name for r in listed if r.default] == ["cut"]
+    assert [r["name"] for r in rows if r["default"]] == ["cut"]
+    marked = [line.split() for line in table.splitlines() if line.startswith("*")]
+    assert [line[1] for line in marked] == ["cut", "the"]  # the row, then the legend
+    assert "*: the run a command uses without -m" in table
+
+
+def test_without_a_usable_run_nothing_is_marked(runs_dir):
+    (runs_dir / "junk").mkdir()
+    assert not any(r.default for r in list_runs(runs_dir))
+    assert "*" not in render(runs_dir)

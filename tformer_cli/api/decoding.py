@@ -159,9 +159,11 @@ def open_translator(
     from tformer_cli.api.run import length_penalty, own_precision
     from tformer_cli.checkpoint import load_runs
     from tformer_cli.report.eval_run import use_threads
+    from tformer_cli.report.pick import choose_run
 
-    precision = precision or own_precision(models[0] if models else None)
-    runs = load_runs(models, device, precision, compile)
+    paths = [choose_run(m) for m in models or [None]]
+    precision = precision or own_precision(paths[0])
+    runs = load_runs(paths, device, precision, compile)
     use_threads(threads)
     if alpha is None:  # the first run's
         cfg = dataclasses.replace(cfg, alpha=length_penalty(None, runs[0].config))

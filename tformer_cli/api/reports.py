@@ -47,6 +47,31 @@ def evaluate_runs(
     return report_json(evaluation.report)
 
 
+def check_runs(runs: Sequence[Path]) -> None:
+    """A one-line error for a run that is neither a folder nor a name under runs/
+    (``checkpoint.resolve_run``). Imports no torch: a mistyped name is reported at once."""
+    from tformer_cli.checkpoint import resolve_run
+
+    for run in runs:
+        resolve_run(run)
+
+
+def pick_default_run(log: Console | None) -> Path | None:
+    """The run a command given none uses (``report.pick.default_run``), named on ``log``;
+    ``None`` where there is none (the command says so where it needs one)."""
+    from tformer_cli.errors import TformerError
+    from tformer_cli.report.pick import default_note
+    from tformer_cli.report.pick import default_run as newest_usable
+
+    try:
+        run, passed = newest_usable()
+    except TformerError:
+        return None
+    if log is not None:
+        log.print(default_note(run, passed), markup=False, highlight=False)
+    return Path(run.path)
+
+
 def show_runs(folder: Path | None, console: Console, as_json: bool = False) -> None:
     """``tformer runs``: the runs under ``folder`` (default: runs/) as a table, or JSON."""
     from tformer_cli.report.runs import show_runs as show
@@ -59,10 +84,10 @@ def show_run(
 ) -> None:
     """``tformer show``: the settings and training curves of ``run`` (default: the newest) on
     ``console``; ``save``: the curves as a picture (x axis ``x``: updates or time)."""
-    from tformer_cli.checkpoint import resolve_run
+    from tformer_cli.report.pick import choose_run
     from tformer_cli.report.show import show_run as show
 
-    show(resolve_run(run), console, save=save, x=x, err=log)
+    show(choose_run(run), console, save=save, x=x, err=log)
 
 
 def compare_runs(
@@ -94,18 +119,19 @@ def average_checkpoints(
 ) -> tuple[list[Path], Path]:
     """``tformer average``: the mean of the ``last`` newest checkpoints of ``run`` (default:
     the newest) written to ``output`` (default: RUN/averaged.pt); (the checkpoints, the file)."""
-    from tformer_cli.checkpoint import average_run, resolve_run
+    from tformer_cli.checkpoint import average_run
+    from tformer_cli.report.pick import choose_run
 
-    return average_run(resolve_run(run), last, output)
+    return average_run(choose_run(run), last, output)
 
 
 def export_run(run: Path | None, to: str, output: Path, quantization: str) -> tuple[Path, Path]:
     """``tformer export``: ``run`` (default: the newest) as a CTranslate2 model (``to``
     ctranslate2, weights in ``quantization``) or a Hugging Face Marian model (hf) in the new
     folder ``output``; (the run's folder, what was written)."""
-    from tformer_cli.checkpoint import resolve_run
+    from tformer_cli.report.pick import choose_run
 
-    run_dir = resolve_run(run)
+    run_dir = choose_run(run)
     with interop_packages():
         if to == "ctranslate2":
             from tformer_cli.interop.ct2 import export_ctranslate2

@@ -20,7 +20,7 @@ from tformer_cli.api.display import (
     TraceView,
     Translation,
 )
-from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs, resolve_run
+from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs
 from tformer_cli.config import DecodeConfig, Range, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.corpus import toy_corpus_dir
@@ -38,6 +38,7 @@ from tformer_cli.report.attention.view import summary_rows
 from tformer_cli.report.curves import make_chart, run_series
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig
+from tformer_cli.report.pick import choose_run
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
 
@@ -338,14 +339,14 @@ def length_penalty(alpha: float | None, run: RunConfig | Path | None) -> float:
     the commands and the API follow."""
     if alpha is not None:
         return alpha
-    config = run if isinstance(run, RunConfig) else RunConfig.load(resolve_run(run))
+    config = run if isinstance(run, RunConfig) else RunConfig.load(choose_run(run))
     return config.train.beam_alpha
 
 
 def own_precision(run: Path | None) -> str:
     """The precision a run (default: the newest) was trained with: what every command and
     ``load`` decode it with unless told otherwise."""
-    return RunConfig.load(resolve_run(run)).train.precision
+    return RunConfig.load(choose_run(run)).train.precision
 
 
 def load(
@@ -365,7 +366,7 @@ def load(
     check_numbers(alpha=alpha)
     if alpha is not None and (rule := Range(0).refuses(alpha)) is not None:
         raise SettingError("alpha", alpha, rule)
-    models = None if paths == [None] else paths
-    precision = precision or own_precision(paths[0])
-    loaded = load_runs(models, device, precision, compile)  # type: ignore[arg-type]
+    models = [choose_run(p) for p in paths or [None]]
+    precision = precision or own_precision(models[0])
+    loaded = load_runs(models, device, precision, compile)
     return Run(loaded, alpha)

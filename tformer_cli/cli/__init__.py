@@ -12,8 +12,7 @@ import sys
 import typer
 
 from tformer_cli.cli import decode, evaluate, tools, train
-from tformer_cli.cli.app import app, err, out, own_precision, tokenizer_app
-from tformer_cli.errors import TformerError
+from tformer_cli.cli.app import PROCESS, app, err, out, own_precision, tokenizer_app
 
 __all__ = ["app", "decode", "err", "evaluate", "main", "out", "own_precision", "tools", "train"]
 
@@ -31,15 +30,12 @@ reflow_help(app, tokenizer_app)
 
 
 def main() -> None:
-    """Console-script entry point: the process-wide settings (``device.setup``), then the app.
+    """Console-script entry point: the app, as the ``tformer`` process (``PROCESS``: each
+    command applies the process-wide settings, ``device.setup``, once its runs are checked).
 
     Where the command names CTranslate2 (``--engine ctranslate2``), it is imported before torch:
     imported after torch has run, its searches ran slower (docs/interop.md)."""
     if any(arg.endswith("ctranslate2") for arg in sys.argv[1:]):  # also --engine=ctranslate2
         with contextlib.suppress(ImportError):
             import ctranslate2  # noqa: F401
-    from tformer_cli import setup
-
-    with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands that
-        setup()  # set threads (loading a run, training) say so, on one line, as before
-    app(prog_name="tformer")
+    app(prog_name="tformer", obj=PROCESS)

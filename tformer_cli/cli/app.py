@@ -133,6 +133,42 @@ class Command(typer.core.TyperCommand):
         self.epilog = self.epilog or examples(command)
         return params
 
+    def invoke(self, ctx: typer.Context) -> Any:
+        """The command, its runs settled first (``settle_runs``), then, in the ``tformer``
+        process (``PROCESS``), the process-wide settings (``tformer_cli.setup``): torch loads
+        only after a mistyped run has been reported."""
+        friendly_errors(settle_runs)(ctx)
+        if ctx.obj is PROCESS:
+            from tformer_cli import setup
+
+            with contextlib.suppress(TformerError):  # $TFORMER_THREADS unreadable: the commands
+                setup()  # that set threads (loading a run, training) say so, on one line
+        return super().invoke(ctx)
+
+
+# The context object ``main`` gives the app: the ``tformer`` process, whose commands apply the
+# process-wide settings; a caller in its own process (a test's CliRunner) keeps its own.
+PROCESS = object()
+
+
+def settle_runs(ctx: typer.Context) -> None:
+    """Each run given (``-m``) checked by name, before torch loads: a mistyped one is one line
+    at once, not seconds later. None given: the run the command uses, named on stderr (not
+    with ``--quiet``); where there is none, the command says so when it needs one. The old
+    positional spellings and compare (which needs its runs named) are left to the command."""
+    from tformer_cli.api.reports import check_runs, pick_default_run
+
+    given = ctx.params.get("model")
+    if given:
+        check_runs([Path(r) for r in (given if isinstance(given, (list, tuple)) else [given])])
+        return
+    option = next((p for p in ctx.command.params if p.name == "model"), None)
+    if option is None or ctx.params.get("legacy") or ctx.command.name == "compare":
+        return
+    chosen = pick_default_run(None if ctx.params.get("quiet") else err)
+    if chosen is not None:
+        ctx.params["model"] = [chosen] if getattr(option, "multiple", False) else chosen
+
 
 def positional(value: Any, option: Any, old: str, new: str) -> Any:
     """A run (or file) given the old way, as an argument (kept for one release, with a notice),
@@ -184,10 +220,16 @@ def own_precision(precision: str | None, models: Sequence[Path] | None) -> str:
     return precision or of_run(models[0] if models else None)
 
 
+def wrote(path: Path, quiet: bool = False) -> None:
+    """The line on stderr that names a file a command was told to write, once it is written."""
+    if not quiet:
+        err.print(f"wrote {path}", markup=False, highlight=False)
+
+
 @contextlib.contextmanager
-def destination(output: Path | None) -> Iterator[Console]:
+def destination(output: Path | None, quiet: bool = False) -> Iterator[Console]:
     """Where a command prints its result: stdout, or ``output`` (``-o FILE``), written whole at
-    the end."""
+    the end (and named: ``wrote``)."""
     if output is None:
         yield out
         return
@@ -196,6 +238,7 @@ def destination(output: Path | None) -> Iterator[Console]:
     buffer = io.StringIO()
     yield Console(file=buffer, width=out.width, highlight=False, soft_wrap=True, no_color=True)
     write_text(output, buffer.getvalue())
+    wrote(output, quiet)
 
 
 def version_callback(value: bool) -> None:

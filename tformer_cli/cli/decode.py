@@ -22,6 +22,7 @@ from tformer_cli.cli.app import (
     friendly_errors,
     from_options,
     out,
+    wrote,
 )
 from tformer_cli.cli.options import (
     MAX_BEAM,
@@ -279,6 +280,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
         err.print(note, markup=False, highlight=False)
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
+        wrote(v.trace, v.quiet)
     translator = translator.with_engine(v.engine)
     style = output_style(v.json_out, v.nbest, v.scores)
     if inputs is None:  # a terminal and nothing to read: ask
@@ -297,6 +299,8 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     )  # fmt: skip
     if not count and not v.quiet:
         err.print("note: no input sentences: nothing to translate", markup=False)
+    if v.output is not None:
+        wrote(v.output, v.quiet)
 
 
 # ---------------------------------------------------------------------------- inspect-attention
@@ -368,7 +372,7 @@ def inspect_attention(
 
     log = Console(stderr=True, quiet=quiet, soft_wrap=True)
     if not json_out:
-        with destination(output) as console:
+        with destination(output, quiet) as console:
             run_inspect(text, model, console, log, save=save)
         return
     if output is not None:  # JSON to a file, the text to nowhere
@@ -383,5 +387,5 @@ def inspect_attention(
             text, model, Console(file=io.StringIO()), quiet_log, save=save, json_path=written
         )
         if save is not None:
-            log.print(f"wrote {save}", markup=False, highlight=False)
+            wrote(save, quiet)
         out.print(written.read_text(encoding="utf-8"), markup=False, end="")

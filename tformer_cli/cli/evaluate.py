@@ -20,6 +20,7 @@ from tformer_cli.cli.app import (
     from_options,
     out,
     positional,
+    wrote,
 )
 from tformer_cli.cli.decode import min_len_note, run_alpha, search_config
 from tformer_cli.cli.options import (
@@ -157,7 +158,7 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
     check_engine(v.engine, search, len(v.model or [None]))
     if (note := min_len_note(search)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
-    with destination(None if v.json_out else v.output) as console:
+    with destination(None if v.json_out else v.output, v.quiet) as console:
         report = evaluate_runs(
             v.model, search, seed=v.seed, console=None if v.json_out else console, log=err,
             json_path=v.output if v.json_out else None, hyp_path=v.hypotheses, quiet=v.quiet,
@@ -167,6 +168,9 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
         )  # fmt: skip
     if v.json_out and v.output is None:
         out.print(report, markup=False, end="")
+    for written in (v.output if v.json_out else None, v.hypotheses):
+        if written is not None:
+            wrote(written, v.quiet)
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
@@ -292,7 +296,7 @@ def compare_command(
     runs = positional(legacy, model, "tformer compare RUN RUN", "tformer compare -m RUN -m RUN")
     if not runs or len(runs) < 2:
         raise typer.BadParameter("compare needs two runs or more: -m A -m B", param_hint="--model")
-    with destination(output) as console:
+    with destination(output, quiet) as console:
         compare_runs(
             runs, console, err, beam=beam, alpha=alpha, seed=seed, keep=True, save=save, x=x,
             as_json=json_out, quiet=quiet, data=data, src_lang=src, tgt_lang=tgt, split=split,

@@ -143,7 +143,10 @@ def in_order(names: list[str]) -> list[str]:
 # Two examples in each command's help (the epilog), from the toy run that `tformer train` makes.
 EXAMPLES = {
     "train": ("tformer train --name toy", "tformer train --preset multi30k --max-minutes 60"),
-    "average": ("tformer average -m toy --last 5", "tformer average -m toy -o runs/toy/model.pt"),
+    "average": (
+        "tformer average -m small --last 3",
+        "tformer average -m small -o runs/small/model.pt",
+    ),
     "translate": (
         "tformer translate -m toy 'the dog sees the cat .'",
         "tformer translate -m toy -k 5 --nbest 3 --json -f input.txt -o out.jsonl",

@@ -17,6 +17,7 @@ from tformer_cli.cli.app import (
     out,
     positional,
     tokenizer_app,
+    wrote,
 )
 from tformer_cli.cli.options import (
     MAX_BEAM,
@@ -141,7 +142,8 @@ def export_command(
     if output is None:
         raise typer.BadParameter("the folder to write: -o DIR", param_hint="--output")
     run_dir, written = export_run(model, to, output, quantization)
-    out.print(f"exported {run_dir} -> {written} ({to})", markup=False)
+    out.print(f"exported {run_dir} ({to})", markup=False)
+    wrote(written)
 
 
 @app.command("import", cls=Command)
@@ -210,4 +212,5 @@ def tokenizer_train(
             f"valid {side.side}: {side.sentences} sentences, {side.avg_tokens:.1f}"
             f" tokens/sentence, unknown rate {side.unk_rate:.2%}"
         )
-    out.print(f"vocabulary: {vocabulary} types -> {output}", markup=False)
+    out.print(f"vocabulary: {vocabulary} types", markup=False)
+    wrote(output)

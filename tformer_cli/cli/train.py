@@ -18,6 +18,7 @@ from tformer_cli.cli.app import (
     from_options,
     out,
     positional,
+    wrote,
 )
 from tformer_cli.cli.options import (
     Parsed,
@@ -213,6 +214,6 @@ def average_checkpoints(
     run = positional(legacy, model, "tformer average RUN", "tformer average -m RUN")
     paths, target = average(run, last, output)
     out.print(
-        f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem}) -> {target}",
-        markup=False,
+        f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem})", markup=False
     )
+    wrote(target)

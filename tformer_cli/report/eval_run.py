@@ -17,7 +17,7 @@ import torch
 from datasets import Dataset, concatenate_datasets
 from rich.console import Console
 
-from tformer_cli.checkpoint import LoadedRun, RunConfig, load_run, resolve_run, shared_tokenizer
+from tformer_cli.checkpoint import LoadedRun, RunConfig, load_run, shared_tokenizer
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import CARVED, SPLITS, load_corpus
 from tformer_cli.data.split import Split, fits_positions
@@ -34,6 +34,7 @@ from tformer_cli.report.evaluation import (
     evaluate,
     report_json,
 )
+from tformer_cli.report.pick import choose_run
 from tformer_cli.report.request import DataChoice, EvalRequest
 from tformer_cli.report.stored import EvalKey, StoredEval, keep_eval
 
@@ -102,7 +103,7 @@ def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
     """The run (default: the newest) on the request's device and precision (default: the
     run's training precision), with the request's CPU threads; first, a one-line error if the
     request names no data and the run has none (``EvalRequest.check_data``)."""
-    run_dir = resolve_run(run)
+    run_dir = choose_run(run)
     config = RunConfig.load(run_dir)
     request.check_data(run_dir, config)
     loaded = load_run(run_dir, request.device, request.precision_for(config), request.compile)

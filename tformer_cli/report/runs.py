@@ -21,6 +21,10 @@ States, in the order they are decided:
 - ``imported``: a model made elsewhere (``tformer import``), with its ``model.pt``.
 - ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
   or from step 0 with its settings when it stopped before its first save).
+
+A command given no run (no ``-m``) uses the newest ``usable`` one: finished, imported, or
+interrupted with a ``model.pt``; never a broken one, nor one still training (``report.pick``).
+``tformer runs`` marks it.
 """
 
 from __future__ import annotations
@@ -259,6 +263,7 @@ class RunInfo:
     stopped_by: str | None = None
     pid: int | None = None  # the training process, while running
     resume: str | None = None  # the command that continues an interrupted run
+    default: bool = False  # the run a command given no -m uses (``pick.default_run``)
 
 
 RANDOM_INIT = frozenset(
@@ -287,9 +292,14 @@ def count_parameters(cfg: ModelConfig) -> int:
 
 
 def latest_write(run_dir: Path) -> float:
+    """When the run last wrote config.json, log.jsonl, model.pt or last.pt (else the folder's
+    time); 0 where the folder cannot be read."""
     names = ("log.jsonl", "model.pt", "last.pt", "config.json")
-    times = [(run_dir / n).stat().st_mtime for n in names if (run_dir / n).is_file()]
-    return max(times, default=run_dir.stat().st_mtime)
+    try:
+        times = [(run_dir / n).stat().st_mtime for n in names if (run_dir / n).is_file()]
+        return max(times, default=run_dir.stat().st_mtime)
+    except OSError:
+        return 0.0
 
 
 def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
@@ -313,12 +323,10 @@ def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
     return next((s for s in found if s.model_sha256 == sha), None)
 
 
-def collect_run(run_dir: Path) -> RunInfo:
-    """Everything ``tformer runs`` shows about one folder; never raises for a broken one."""
-    try:
-        ts = latest_write(run_dir)
-    except OSError:
-        ts = 0.0
+def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
+    """Everything ``tformer runs`` shows about one folder; never raises for a broken one.
+    ``details`` False: its state without the model's size and test scores (``pick``)."""
+    ts = latest_write(run_dir)
     updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
     info: dict[str, Any] = dict(name=run_dir.name, path=str(run_dir), updated=updated)
     info["updated_ts"] = ts
@@ -331,7 +339,8 @@ def collect_run(run_dir: Path) -> RunInfo:
             return RunInfo(state="running", detail=running_detail(pid, "setting up"), pid=pid,
                            **info)  # fmt: skip
         return RunInfo(state="broken", detail=str(e), **info)
-    info.update(settings(config))
+    if details:
+        info.update(settings(config))
     try:
         records = read_log(run_dir)
     except TformerError as e:
@@ -339,7 +348,9 @@ def collect_run(run_dir: Path) -> RunInfo:
             return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
         return RunInfo(state="broken", detail=str(e), **info)
     end = stop_record(records)
-    info.update(progress(records, end), **scores_on_test(run_dir, config.train, end))
+    info.update(progress(records, end))
+    if details:
+        info.update(scores_on_test(run_dir, config.train, end))
     if running:
         return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
     return RunInfo(**info, **stopped_state(run_dir, end, config.imported_from))
@@ -431,26 +442,43 @@ def running_detail(pid: int | None, doing: str = "training") -> str:
     return f"{doing}, pid {pid}" if pid else doing
 
 
-def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
-    """Every run folder under ``runs_dir`` (hidden ones, like ``.cache``, left out), newest
-    first."""
+def run_folders(runs_dir: Path) -> list[Path]:
+    """The run folders under ``runs_dir`` (hidden ones, like ``.cache``, left out), newest
+    first: by their last write (``latest_write``), then by name."""
     if not runs_dir.is_dir():
         what = "is not a folder" if runs_dir.exists() else "does not exist"
         raise TformerError(f"{runs_dir} {what}: train a model first (tformer train), or give DIR")
     folders = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return sorted(
-        map(collect_or_say_why, folders), key=lambda r: (r.updated_ts, r.name), reverse=True
-    )
+    return sorted(folders, key=lambda p: (latest_write(p), p.name), reverse=True)
 
 
-def collect_or_say_why(run_dir: Path) -> RunInfo:
+def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
+    """Every run folder under ``runs_dir``, newest first (``run_folders``); the one a command
+    given no run uses is marked ``default``."""
+    runs = [collect_or_say_why(p) for p in run_folders(runs_dir)]
+    first = next((i for i, r in enumerate(runs) if usable(r)), None)
+    if first is not None:
+        runs[first] = dataclasses.replace(runs[first], default=True)
+    return runs
+
+
+def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
     """``collect_run``, with any failure to read the folder (permissions, odd file contents)
     turned into a broken row: one folder never stops the listing of the others."""
     try:
-        return collect_run(run_dir)
+        return collect_run(run_dir, details=details)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         reason = f"cannot be read ({type(e).__name__}: {e})"
         return RunInfo(run_dir.name, str(run_dir), "broken", reason, None, 0.0)
+
+
+# ---------------------------------------------------------------------------- the default run
+def usable(run: RunInfo) -> bool:
+    """Whether a command given no run may use ``run``: finished, imported, or interrupted with
+    a ``model.pt``; never broken, nor running (its ``model.pt`` changes under it)."""
+    if run.state == "interrupted":
+        return (Path(run.path) / "model.pt").is_file()
+    return run.state in ("finished", "imported")
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -491,8 +519,9 @@ def when(ts: float) -> str:
 
 
 def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
-    """The runs as one rich table: one row per folder; the state cell of a broken one says why
-    (paths inside the run folder relative to it)."""
+    """The runs as one rich table: one row per folder, ``*`` before the one a command given no
+    run uses; the state cell of a broken one says why (paths inside the run folder relative
+    to it)."""
     title = f"runs under {runs_dir}, newest first" if runs_dir is not None else "runs"
     caption = (
         "model: parameters, encoder+decoder layers, d_model; prec.: the --precision trained with;"
@@ -503,6 +532,7 @@ def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
         box=None, pad_edge=False, header_style="bold underline",
     )  # fmt: skip
     longest = max((len(r.name) for r in runs), default=3)  # a name is what -m takes: kept whole
+    table.add_column("", no_wrap=True)  # the default run's *
     table.add_column("run", overflow="fold", min_width=min(longest, 28), max_width=28)
     table.add_column("updated", no_wrap=True)
     table.add_column("data", overflow="fold", min_width=8, max_width=24)
@@ -518,6 +548,7 @@ def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
             detail = r.detail.replace(f"{r.path}{os.sep}", "").replace(r.path, "the folder")
             state.append(f": {detail}", style="red" if r.state == "broken" else "dim")
         table.add_row(
+            "*" if r.default else "",
             r.name,
             when(r.updated_ts),
             short_data(r) if r.data is not None else "",
@@ -546,6 +577,10 @@ def show_runs(runs_dir: Path | None, console: Console, as_json: bool = False) ->
         console.print(f"no runs under {folder}/ yet: tformer train makes one", markup=False)
     else:
         console.print(render_runs(runs, folder))
+        if any(r.default for r in runs):
+            console.print(
+                "*: the run a command uses without -m (the newest finished or usable one)"
+            )
         if any(r.resume for r in runs):
             console.print("resume an interrupted run: tformer train --resume RUN", style="dim")
     return runs

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tformer_cli.checkpoint import RUNS_DIR, RunConfig, resolve_run
+from tformer_cli.checkpoint import RUNS_DIR, RunConfig
 from tformer_cli.report.curves import (
     Chart,
     check_axis,
@@ -20,6 +20,7 @@ from tformer_cli.report.curves import (
     run_series,
     save_chart,
 )
+from tformer_cli.report.pick import choose_run
 from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
 
@@ -108,7 +109,7 @@ def show_run(
     writes them as .svg, .html (with the settings) or .png. Returns the chart."""
     check_axis(x)
     check_picture(save)
-    run_dir = resolve_run(run, runs_dir)
+    run_dir = choose_run(run, runs_dir)
     config = RunConfig.load(run_dir)  # a broken run: its one-line reason
     records = read_log(run_dir)
     info = collect_run(run_dir)

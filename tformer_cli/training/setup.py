@@ -21,7 +21,13 @@ from datasets import DatasetDict
 from rich.console import Console
 from tokenizers import Tokenizer
 
-from tformer_cli.checkpoint import TARGET_TOKENIZER, RunConfig, load_weights, resolve_run
+from tformer_cli.checkpoint import (
+    STAMP,
+    TARGET_TOKENIZER,
+    RunConfig,
+    load_weights,
+    resolve_run,
+)
 from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
 from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
@@ -140,7 +146,7 @@ def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
     """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
     if name is None:
         stem = Path(data.removeprefix("hf:")).name or "run"
-        name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name = f"{stem}-{time.strftime(STAMP)}"
     if name in ("", ".", "..") or any(sep in name for sep in ("/", "\\")):
         raise TformerError(f"--name {name!r} must be a plain folder name inside {runs_dir}")
     if name.startswith("."):  # hidden, as the data cache (runs/.cache) is: tformer runs skips it

@@ -38,6 +38,7 @@ from tformer_cli.report.attention.maps import (
     View,
     inspect_pair,
 )
+from tformer_cli.report.pick import choose_run
 
 
 # ---------------------------------------------------------------------------- selection
@@ -222,7 +223,7 @@ def inspect_attention(
         raise TformerError(f"--save {save}: use a .svg, .html or .png file name")
     if save is not None and save.suffix.lower() == ".png":
         render.require_matplotlib()
-    run = load_run(model_dir, request.device, request.precision)
+    run = load_run(choose_run(model_dir), request.device, request.precision)
     n_layers = len(run.model.encoder if kind == "encoder" else run.model.decoder)
     check_selection(kind, request.layer, request.head, n_layers, run.model.cfg.h)
     cfg = DecodeConfig(beam=request.beam, alpha=run.config.train.beam_alpha)  # the run's penalty
