@@ -144,10 +144,7 @@ VALUE = re.compile(r"[(,]\s*(defaults?):?\s+(?!to\b)((?:[^;,)]|,(?=\d{3}))+)")
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 # Temporary, fixed by the rewrite of docs/cli.md under way (issue 46: the rule for errors, the run
 # `-m` picks), each entry removed with its sentence: (page, phrase): what the rewrite says instead.
-PENDING = {
-    ("docs/cli.md", "and defaults to the newest run under"): "say '`-m/--model` defaults to ...'",
-    ("docs/cli.md", "the run's own everywhere"): "train's is auto: say 'wherever a run loads'",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
