@@ -14,13 +14,13 @@ from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import (
     SERIES,
     Chart,
+    chart_html,
+    chart_svg,
+    chart_terminal,
     make_chart,
     nice_ticks,
-    render_terminal,
     run_series,
     step_clock,
-    to_html,
-    to_svg,
 )
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -88,7 +88,7 @@ def test_the_time_axis_is_in_minutes_and_says_what_it_left_out():
 def test_the_terminal_chart_draws_every_series_within_the_width():
     chart = make_chart([("a", run_series(synthetic_log()))])
     console = Console(file=io.StringIO(), width=90, color_system=None)
-    console.print(render_terminal(chart, width=90))
+    console.print(chart_terminal(chart, width=90))
     out = console.file.getvalue()
     for spec in SERIES:
         assert spec.title in out, spec.title
@@ -111,8 +111,8 @@ def svg_series(svg: str) -> dict[str, list[str]]:
 
 def test_the_svg_parses_and_has_every_series():
     chart = make_chart([("run <1>", run_series(synthetic_log()))], title="a & b")
-    assert svg_series(to_svg(chart)) == {spec.key: ["run <1>"] for spec in SERIES}
-    html = to_html(chart, "<table></table>")
+    assert svg_series(chart_svg(chart)) == {spec.key: ["run <1>"] for spec in SERIES}
+    html = chart_html(chart, "<table></table>")
     assert html.startswith("<!doctype html>") and "<svg" in html and "a &amp; b" in html
 
 
@@ -120,16 +120,16 @@ def test_several_runs_overlay_in_one_panel_per_series():
     chart = make_chart(
         [("a", run_series(synthetic_log())), ("b", run_series(synthetic_log(200, ss=False)))]
     )
-    found = svg_series(to_svg(chart))
+    found = svg_series(chart_svg(chart))
     assert found["valid_bleu"] == ["a", "b"] and found["eps"] == ["a"]
     assert chart.labels == ["a", "b"]
 
 
 def test_an_empty_chart_still_renders():
     chart = Chart("nothing", "updates", ())
-    assert svg_series(to_svg(chart)) == {}
+    assert svg_series(chart_svg(chart)) == {}
     console = Console(file=io.StringIO(), width=80, color_system=None)
-    console.print(render_terminal(chart))
+    console.print(chart_terminal(chart))
     assert "no curves" in console.file.getvalue()
 
 

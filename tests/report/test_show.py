@@ -65,6 +65,6 @@ def test_show_fails_in_one_line_on_a_broken_run_or_a_bad_file_name(logged_run, t
 
 def test_png_without_matplotlib_names_the_plot_extra(logged_run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(TformerError, match=r"pip install 'tformer\[plot\]'"):
+    with pytest.raises(TformerError, match=r"pip install -e '\.\[plot\]'"):
         show(logged_run, save=tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()

@@ -18,7 +18,7 @@ from tformer_cli.decode.trace import FINISHED, KEPT, Live, Trace
 from tformer_cli.report.attention import render
 from tformer_cli.report.attention.maps import AttentionMaps, HeadRow
 from tformer_cli.report.attention.view import select
-from tformer_cli.report.curves import Chart, to_svg
+from tformer_cli.report.curves import Chart, chart_svg
 from tformer_cli.report.evaluation import EvalReport, render_report
 
 
@@ -143,7 +143,7 @@ class Attention:
             f"{rows}</table>"
         )
         note = f"<p>{escape(self.note)}</p>" if self.note else ""
-        return render.to_svg(view, self.source, self.translation) + note + table
+        return render.view_svg(view, self.source, self.translation) + note + table
 
 
 @dataclass(frozen=True)
@@ -227,4 +227,4 @@ class Curves:
     chart: Chart
 
     def _repr_html_(self) -> str:
-        return to_svg(self.chart)
+        return chart_svg(self.chart)

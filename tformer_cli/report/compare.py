@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -29,8 +28,9 @@ from sacrebleu.significance import PairedTest
 
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolve_run
 from tformer_cli.errors import TformerError
-from tformer_cli.report.curves import check_axis, check_picture, make_chart, run_series, save_chart
+from tformer_cli.report.curves import check_axis, make_chart, run_series, save_chart
 from tformer_cli.report.eval_run import evaluate_run
+from tformer_cli.report.picture import check_picture, escape, html_table
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
 from tformer_cli.report.stored import StoredEval, load_stored_eval
@@ -388,30 +388,22 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
 def comparison_html(c: Comparison) -> str:
     """The side-by-side numbers and the tests as HTML tables, for the saved page."""
     names = c.names
-    head = "".join(f"<th>{escape(n)}</th>" for n in ["metric", *names])
-    rows = "".join(
-        "<tr>"
-        + f"<td>{escape(r.label)}</td>"
-        + "".join(
-            f"<td>{escape(value_text(v, r))}"
-            + (f" ({escape(diff_text(r.diffs[i], r))})" if i else "")
-            + "</td>"
-            for i, v in enumerate(r.values)
-        )
-        + "</tr>"
+    metrics = [
+        [r.label, *(value_text(v, r) + (f" ({diff_text(r.diffs[i], r)})" if i else "")
+                    for i, v in enumerate(r.values))]
         for r in c.metrics
-    )
-    tests = "".join(
-        f"<tr><td>{escape(t.metric)} {escape(t.search)}</td><td>{escape(t.system)}</td>"
-        f"<td>{t.diff:+.2f}</td><td>{t.p_bootstrap:.4f}</td><td>{t.p_ar:.4f}</td></tr>"
+    ]  # fmt: skip
+    tests = [
+        [f"{t.metric} {t.search}", t.system, f"{t.diff:+.2f}", f"{t.p_bootstrap:.4f}",
+         f"{t.p_ar:.4f}"]
         for t in c.tests
-    )
+    ]  # fmt: skip
+    head = ["metric", "run", "difference", f"p bootstrap (n={c.n_bootstrap})",
+            f"p approx. rand. (n={c.n_ar})"]  # fmt: skip
     return (
         f"<p>{len(names)} runs on the same {c.pairs} pairs; differences against"
-        f" {escape(names[0])}.</p>\n<table><tr>{head}</tr>{rows}</table>\n"
-        "<table><tr><th>metric</th><th>run</th><th>difference</th>"
-        f"<th>p bootstrap (n={c.n_bootstrap})</th><th>p approx. rand. (n={c.n_ar})</th></tr>"
-        f"{tests}</table>\n"
+        f" {escape(names[0])}.</p>\n{html_table(['metric', *names], metrics)}\n"
+        f"{html_table(head, tests)}\n"
     )
 
 

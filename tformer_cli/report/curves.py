@@ -2,9 +2,10 @@
 
 Data flow, one way: ``run_series`` reads the log's records into series (measure), ``make_chart``
 lays one or more runs' series out as panels on an x axis of updates or training time, and the
-renderers draw a chart: ``render_terminal`` (one compact braille chart per panel),
-``to_svg`` and ``to_html`` (self-contained, no dependency), ``to_png`` (matplotlib, the optional
-``plot`` extra). ``compare.py`` overlays several runs with the same functions.
+renderers draw a chart: ``chart_terminal`` (one compact braille chart per panel),
+``chart_svg`` and ``chart_html`` (self-contained, no dependency), ``chart_png`` (matplotlib, the
+optional ``plot`` extra), from the shared elements of ``picture.py``. ``compare.py`` overlays
+several runs with the same functions.
 
 Time axis: training records carry ``elapsed`` (seconds of training and validation so far);
 validation records do not, so their time is interpolated on the update count between the
@@ -21,16 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write, atomic_write_text
+from tformer_cli.report import picture
+from tformer_cli.report.picture import element, text, title
 
 X_AXES = ("updates", "time")
-PICTURES = (".svg", ".html", ".htm", ".png")
 
 
 @dataclass(frozen=True)
@@ -345,7 +345,7 @@ def render_panel(panel: Panel, x_label: str, width: int = 80, height: int = 4) -
     return text
 
 
-def render_terminal(chart: Chart, width: int = 100, height: int = 4) -> RenderableType:
+def chart_terminal(chart: Chart, width: int = 100, height: int = 4) -> RenderableType:
     """Every panel of the chart, one under the other, then the notes."""
     parts: list[RenderableType] = []
     if chart.title:
@@ -364,14 +364,13 @@ def render_terminal(chart: Chart, width: int = 100, height: int = 4) -> Renderab
 
 
 # ---------------------------------------------------------------------------- SVG / HTML
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
-FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 PANEL_W, PANEL_H = 460, 250
 MARGIN = {"left": 70, "right": 16, "top": 34, "bottom": 44}
 
 
-def _svg_panel(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[str]:
+def _panel_svg(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[str]:
     """One panel's SVG elements at the origin: frame, grid and ticks, one polyline per run."""
     (x0, x1), (y0, y1) = panel_ranges(panel, margin=0.04)
     sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
@@ -385,10 +384,10 @@ def _svg_panel(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[st
     def py(y: float) -> float:
         return top + (1 - sy(y)) * ph
 
-    title = panel.spec.title + (" (log scale)" if panel.spec.log_y else "")
+    heading = panel.spec.title + (" (log scale)" if panel.spec.log_y else "")
     out = [
-        f"<text x='{left}' y='20' font-size='13' font-weight='bold'>{escape(title)}</text>",
-        f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='#fff' stroke='#999'/>",
+        text(left, 20, heading, 13, font_weight="bold"),
+        element("rect", x=left, y=top, width=pw, height=ph, fill="#fff", stroke="#999"),
     ]
     if panel.spec.log_y:
         yticks, ystep = log_ticks(y0, y1), None
@@ -396,139 +395,81 @@ def _svg_panel(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[st
         yticks, ystep = nice_ticks(y0, y1, 5)
     for t in yticks:
         y = py(t)
-        out.append(
-            f"<line x1='{left}' y1='{y:.1f}' x2='{left + pw}' y2='{y:.1f}' stroke='#e5e5e5'/>"
-        )
-        out.append(
-            f"<text x='{left - 6}' y='{y + 4:.1f}' font-size='11' text-anchor='end'>"
-            f"{escape(tick_label(t, ystep))}</text>"
-        )
+        out.append(element("line", x1=left, y1=y, x2=left + pw, y2=y, stroke="#e5e5e5"))
+        out.append(text(left - 6, y + 4, tick_label(t, ystep), 11, text_anchor="end"))
     xticks, xstep = nice_ticks(x0, x1, 5)
     if x_label == "updates":
         xstep = max(xstep, 1.0)
         xticks = [t for t in xticks if float(t).is_integer()]
     for t in xticks:
         x = px(t)
-        out.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + ph}' stroke='#f0f0f0'/>")
-        out.append(
-            f"<text x='{x:.1f}' y='{top + ph + 16}' font-size='11' text-anchor='middle'>"
-            f"{escape(tick_label(t, xstep))}</text>"
-        )
-    out.append(
-        f"<text x='{left + pw / 2:.1f}' y='{PANEL_H - 6}' font-size='11' text-anchor='middle'"
-        f" fill='#555'>{escape(x_label)}</text>"
-    )
-    key = escape(panel.spec.key, {"'": "&apos;"})
+        out.append(element("line", x1=x, y1=top, x2=x, y2=top + ph, stroke="#f0f0f0"))
+        out.append(text(x, top + ph + 16, tick_label(t, xstep), 11, text_anchor="middle"))
+    out.append(text(left + pw / 2, PANEL_H - 6, x_label, 11, text_anchor="middle", fill="#555"))
     for line in panel.lines:
         colour = colour_of[line.label]
-        run = escape(line.label, {"'": "&apos;"})
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points)
+        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points)
+        tip = title(f"{line.label}: {panel.spec.title}")
         out.append(
-            f"<polyline class='series' data-series='{key}' data-run='{run}' points='{coords}'"
-            f" fill='none' stroke='{colour}' stroke-width='1.6' stroke-linejoin='round'>"
-            f"<title>{escape(line.label)}: {escape(panel.spec.title)}</title></polyline>"
-        )
+            element("polyline", tip, class_="series", data_series=panel.spec.key,
+                    data_run=line.label, points=points, fill="none", stroke=colour,
+                    stroke_width=1.6, stroke_linejoin="round")
+        )  # fmt: skip
         if panel.spec.markers or len(line.points) == 1:
             for x, y in line.points:
-                tip = escape(f"{line.label}: {num(y)} at {num(x)}")
-                out.append(
-                    f"<circle cx='{px(x):.1f}' cy='{py(y):.1f}' r='2.6' fill='{colour}'>"
-                    f"<title>{tip}</title></circle>"
-                )
+                tip = title(f"{line.label}: {num(y)} at {num(x)}")
+                out.append(element("circle", tip, cx=px(x), cy=py(y), r=2.6, fill=colour))
     return out
 
 
-def to_svg(chart: Chart) -> str:
+def chart_svg(chart: Chart) -> str:
     """A standalone SVG: title, legend (several runs), notes, the panels two per row."""
     labels = chart.labels
-    colour_of = {label: COLOURS[k % len(COLOURS)] for k, label in enumerate(labels)}
+    colour_of = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
     per_row = 1 if len(chart.panels) < 2 else 2
     header = [chart.title] if chart.title else []
     header += list(chart.notes)
     legend_h = 20 if len(labels) > 1 else 0
     top = 10 + 18 * len(header) + legend_h + 6
     rows = max(1, math.ceil(len(chart.panels) / per_row))
-    width, height = per_row * PANEL_W, top + rows * PANEL_H
-    body = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"viewBox='0 0 {width} {height}' {FONT}>",
-        f"<rect width='{width}' height='{height}' fill='#fff'/>",
-    ]
-    for k, line in enumerate(header):
-        size, bold = (15, " font-weight='bold'") if k == 0 and chart.title else (11, "")
-        body.append(
-            f"<text x='10' y='{22 + 18 * k}' font-size='{size}'{bold}>{escape(line)}</text>"
-        )
+    body = picture.text_lines(header, 22, 15 if chart.title else None)
     if legend_h:
         x, y = 10.0, 10 + 18 * len(header) + 14
         for label in labels:
-            body.append(
-                f"<rect x='{x:.0f}' y='{y - 9}' width='14' height='4' fill='{colour_of[label]}'/>"
-                f"<text x='{x + 18:.0f}' y='{y:.0f}' font-size='11'>{escape(label)}</text>"
-            )
+            key = element("rect", x=round(x), y=y - 9, width=14, height=4, fill=colour_of[label])
+            body.append(key + text(round(x + 18), y, label, 11))
             x += 18 + len(label) * 6.6 + 16
     if not chart.panels:
-        body.append(f"<text x='10' y='{top + 20}' font-size='12'>no curves in the log yet</text>")
+        body.append(text(10, top + 20, "no curves in the log yet", 12))
     for k, panel in enumerate(chart.panels):
         x, y = (k % per_row) * PANEL_W, top + (k // per_row) * PANEL_H
-        key = escape(panel.spec.key, {"'": "&apos;"})
-        elements = "".join(_svg_panel(panel, chart.x_label, colour_of))
-        body.append(
-            f"<g class='panel' data-series='{key}' transform='translate({x} {y})'>{elements}</g>"
-        )
-    body.append("</svg>")
-    return "\n".join(body) + "\n"
+        inner = "".join(_panel_svg(panel, chart.x_label, colour_of))
+        move = f"translate({x} {y})"
+        body.append(element("g", inner, class_="panel", data_series=panel.spec.key, transform=move))
+    return picture.svg_document(per_row * PANEL_W, top + rows * PANEL_H, body)
 
 
-def html_table(rows: Sequence[tuple[str, str]]) -> str:
-    """Label/value rows as an HTML table (escaped)."""
-    cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    return f"<table>{cells}</table>\n"
-
-
-def to_html(chart: Chart, intro: str = "") -> str:
+def chart_html(chart: Chart, intro: str = "") -> str:
     """One self-contained page: ``intro`` (HTML, e.g. a settings table), then the SVG."""
-    title = escape(chart.title or "training curves")
-    return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{title}</title><style>"
-        "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:1.5em;color:#222}"
+    body = f"{intro}<p>Hover a line or a dot for its run and value.</p>\n{chart_svg(chart)}"
+    style = (
         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
         "padding:.2em .6em;text-align:left}th{background:#f3f3f3;font-weight:normal}"
-        "</style></head><body>\n"
-        f"<h1>{title}</h1>\n{intro}"
-        "<p>Hover a line or a dot for its run and value.</p>\n"
-        f"{to_svg(chart)}</body></html>\n"
     )
+    return picture.html_page(chart.title or "training curves", body, style)
 
 
 # ---------------------------------------------------------------------------- PNG
-def require_matplotlib() -> None:
-    """Fail with one line when the optional ``plot`` extra is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise TformerError(
-            "saving .png needs matplotlib: pip install 'tformer[plot]' (in a clone:"
-            " pip install -e '.[plot]'), or save .svg / .html"
-        ) from None
-
-
-def to_png(chart: Chart, path: Path) -> None:
+def chart_png(chart: Chart, path: Path) -> None:
     """Draw the chart with matplotlib (the ``plot`` extra) into ``path``, panels two per row."""
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = picture.require_matplotlib()
     per_row = 1 if len(chart.panels) < 2 else 2
     rows = max(1, math.ceil(len(chart.panels) / per_row))
     fig, axes = plt.subplots(
         rows, per_row, figsize=(6.2 * per_row, 3.2 * rows), squeeze=False, constrained_layout=True
     )
     labels = chart.labels
-    colour_of = {label: COLOURS[k % len(COLOURS)] for k, label in enumerate(labels)}
+    colour_of = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
     for k, ax in enumerate(axes.flat):
         if k >= len(chart.panels):
             ax.axis("off")
@@ -559,23 +500,11 @@ def check_axis(x: str) -> None:
         raise TformerError(f"--x {x}: use updates or time")
 
 
-def check_picture(path: Path | None) -> None:
-    """Fail before any work on a ``--save`` name this module cannot write."""
-    if path is None:
-        return
-    if path.suffix.lower() not in PICTURES:
-        raise TformerError(f"--save {path}: use a .svg, .html or .png file name")
-    if path.suffix.lower() == ".png":
-        require_matplotlib()
-
-
 def save_chart(chart: Chart, path: Path, intro_html: str = "") -> None:
     """Write ``path`` as the suffix says: .svg, .html/.htm (with ``intro_html``) or .png."""
-    check_picture(path)
-    suffix = path.suffix.lower()
-    if suffix == ".png":
-        atomic_write(path, lambda tmp: to_png(chart, tmp), durable=False)
-    elif suffix == ".svg":
-        atomic_write_text(path, to_svg(chart), durable=False)
-    else:
-        atomic_write_text(path, to_html(chart, intro_html), durable=False)
+    picture.save_picture(
+        path,
+        svg=lambda: chart_svg(chart),
+        html=lambda: chart_html(chart, intro_html),
+        png=lambda tmp: chart_png(chart, tmp),
+    )

@@ -12,15 +12,14 @@ from rich.table import Table
 from tformer_cli.checkpoint import RUNS_DIR, RunConfig
 from tformer_cli.report.curves import (
     Chart,
+    chart_terminal,
     check_axis,
-    check_picture,
-    html_table,
     make_chart,
-    render_terminal,
     run_series,
     save_chart,
 )
 from tformer_cli.report.pick import choose_run
+from tformer_cli.report.picture import check_picture, escape
 from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
 
@@ -116,8 +115,10 @@ def show_run(
     rows = settings_rows(config, info)
     chart = make_chart([(run_dir.name, run_series(records))], x, f"run {run_dir.name}")
     console.print(settings_table(run_dir, rows))
-    console.print(render_terminal(chart, width or console.width))
+    console.print(chart_terminal(chart, width or console.width))
     if save is not None:
-        save_chart(chart, save, html_table([("run", str(run_dir)), *rows]))
+        settings = [("run", str(run_dir)), *rows]
+        cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in settings)
+        save_chart(chart, save, f"<table>{cells}</table>\n")
         (err or Console(stderr=True)).print(f"wrote {save}", markup=False, highlight=False)
     return chart

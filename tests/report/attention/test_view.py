@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -226,7 +225,7 @@ def test_select_rejects_bad_choices(kind, layer, head, message):
 # ---------------------------------------------------------------------------- pictures
 def test_svg_parses_and_labels_every_token():
     maps = tiny_maps()
-    svg = render.to_svg(av.select(maps, "cross", "all", "all"), maps.source, maps.translation)
+    svg = render.view_svg(av.select(maps, "cross", "all", "all"), maps.source, maps.translation)
     root = ET.fromstring(svg)
     texts = {"".join(e.itertext()) for e in root.iter("{http://www.w3.org/2000/svg}text")}
     assert set(SRC_LABELS) | set(TGT_LABELS) <= texts
@@ -239,7 +238,7 @@ def test_svg_parses_and_labels_every_token():
 def test_html_is_self_contained():
     maps = tiny_maps()
     rows = av.summary_rows(maps, "cross")
-    html = render.to_html(av.select(maps, "cross"), maps.source, maps.translation, rows)
+    html = render.view_html(av.select(maps, "cross"), maps.source, maps.translation, rows)
     assert html.startswith("<!doctype html>") and "<svg" in html and "<table>" in html
     assert "&amp;&lt;x&gt;" in html and "<x>" not in html
     assert "src=" not in html and "href=" not in html and "<script" not in html
@@ -248,14 +247,8 @@ def test_html_is_self_contained():
 def test_png_is_written_with_matplotlib(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "attn.png"
-    render.to_png(av.select(tiny_maps(), "cross"), path, "src", "tgt")
+    render.view_png(av.select(tiny_maps(), "cross"), path, "src", "tgt")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_png_without_matplotlib_says_how_to_get_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
-    with pytest.raises(TformerError, match=r"pip install -e '\.\[plot\]'"):
-        render.require_matplotlib()
 
 
 def test_json_holds_every_weight_with_its_tokens():
@@ -272,7 +265,7 @@ def render_text(width: int = 100) -> str:
     maps = tiny_maps()
     with open(os.devnull, "w") as sink:
         console = Console(record=True, width=width, color_system=None, file=sink)
-        console.print(render.render_terminal(av.select(maps, "cross", "all"), width, color=False))
+        console.print(render.view_terminal(av.select(maps, "cross", "all"), width, color=False))
         console.print(render.summary_table(av.summary_rows(maps, "cross"), "cross", None, width))
     return console.export_text()
 
@@ -299,7 +292,7 @@ def test_terminal_crops_long_sentences_with_a_note():
 def test_colour_terminal_shades_cells_with_a_background():
     with open(os.devnull, "w") as sink:
         console = Console(record=True, width=100, color_system="truecolor", file=sink)
-        console.print(render.render_terminal(av.select(tiny_maps(), "cross"), 100, color=True))
+        console.print(render.view_terminal(av.select(tiny_maps(), "cross"), 100, color=True))
     assert "\x1b[" in console.export_text(styles=True)
     assert render.colour(0.0) == "#440154" and render.colour(1.0) == "#fde725"
 

@@ -97,7 +97,7 @@ def inspect_pair(
 
 
 @dataclass(frozen=True)
-class Panel:
+class Heatmap:
     """One heatmap: a (layer, head) map or a mean over heads, with its title."""
 
     title: str  # "layer 2 · head 3"
@@ -113,7 +113,7 @@ class View:
     title: str
     row_labels: list[str]
     col_labels: list[str]
-    panels: list[Panel]
+    panels: list[Heatmap]
     per_layer: int = 1  # panels of one layer: pictures start each layer on a new row
 
     def columns(self, fit: int) -> int:

@@ -1,5 +1,5 @@
 """Drawing attention maps: a rich terminal heatmap, SVG, self-contained HTML, PNG (matplotlib,
-optional) and JSON. Pure functions from the types of ``maps`` to text or a file.
+optional; these three with ``picture.py``) and JSON. Pure functions from the types of ``maps``.
 
 Every picture has rows = queries (target tokens for cross- and decoder self-attention) and
 columns = keys (source tokens, or the target prefix), a colour scale from 0 to 1, and a mark on
@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from rich.console import Group, RenderableType
 from rich.style import Style
@@ -20,8 +19,9 @@ from rich.table import Table
 from rich.text import Text
 from torch import Tensor
 
-from tformer_cli.errors import TformerError
-from tformer_cli.report.attention.maps import AttentionMaps, HeadRow, Panel, View
+from tformer_cli.report import picture
+from tformer_cli.report.attention.maps import AttentionMaps, HeadRow, Heatmap, View
+from tformer_cli.report.picture import element, escape, text, title
 
 # matplotlib's viridis at 10 even steps: dark purple (0) -> yellow (1), readable in grey too.
 VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e",
@@ -59,7 +59,7 @@ def plain(token: str) -> str:
 
 
 # ---------------------------------------------------------------------------- terminal
-def _panel_text(panel: Panel, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
+def _panel_text(panel: Heatmap, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
     """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight,
     for the first len(cols) columns. The strongest cell of each row (over all columns) shows its
     weight in percent instead of a shade.
@@ -105,7 +105,7 @@ def legend(color: bool) -> Text:
     return text
 
 
-def render_terminal(view: View, width: int = 100, color: bool = True) -> RenderableType:
+def view_terminal(view: View, width: int = 100, color: bool = True) -> RenderableType:
     """The view's panels side by side as far as ``width`` allows, else one after another.
 
     Columns that do not fit are cropped, with a note saying how many are shown.
@@ -165,49 +165,37 @@ def summary_table(
 
 
 # ---------------------------------------------------------------------------- SVG / HTML
-FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 CHAR_W = 6.6  # average glyph width at 11 px, for layout
 
 
-def _svg_panel(
-    title: str, w: Tensor, rows: Sequence[str], cols: Sequence[str], c: float
+def _heatmap_svg(
+    heading: str, w: Tensor, rows: Sequence[str], cols: Sequence[str], c: float
 ) -> tuple[list[str], tuple[float, float]]:
-    """SVG elements of one panel at the origin, and its (width, height)."""
+    """SVG elements of one heatmap at the origin, and its (width, height)."""
     left = max(len(r) for r in rows) * CHAR_W + 10
     top = 22 + max(len(s) for s in cols) * CHAR_W * 0.87 + 8  # labels rotated by 60 degrees
-    out = [f"<text x='{left}' y='14' font-size='12' font-weight='bold'>{escape(title)}</text>"]
+    out = [text(left, 14, heading, 12, font_weight="bold")]
     for j, col in enumerate(cols):
         x, y = left + (j + 0.5) * c, top - 4
-        out.append(
-            f"<text x='{x:.1f}' y='{y:.1f}' font-size='11' transform='rotate(-60 {x:.1f} {y:.1f})'"
-            f">{escape(col)}</text>"
-        )
+        out.append(text(x, y, col, 11, transform=f"rotate(-60 {x:.1f} {y:.1f})"))
     best = w.argmax(dim=-1).tolist()
     for i, row in enumerate(rows):
         y = top + i * c
-        out.append(
-            f"<text x='{left - 5}' y='{y + c / 2 + 4:.1f}' font-size='11' text-anchor='end'>"
-            f"{escape(row)}</text>"
-        )
+        out.append(text(left - 5, y + c / 2 + 4, row, 11, text_anchor="end"))
         for j, weight in enumerate(w[i].tolist()):
-            tip = escape(f"{row} → {cols[j]}: {weight:.3f}")
-            out.append(
-                f"<rect x='{left + j * c:.1f}' y='{y:.1f}' width='{c:.1f}' height='{c:.1f}' "
-                f"fill='{colour(weight)}'><title>{tip}</title></rect>"
-            )
+            tip, x = title(f"{row} → {cols[j]}: {weight:.3f}"), left + j * c
+            out.append(element("rect", tip, x=x, y=y, width=c, height=c, fill=colour(weight)))
         cx, cy = left + (best[i] + 0.5) * c, y + c / 2
-        out.append(
-            f"<circle cx='{cx:.1f}' cy='{cy:.1f}' r='{c / 5:.1f}' fill='#fff' stroke='#000' "
-            "stroke-width='0.8'/>"
-        )
+        mark = {"fill": "#fff", "stroke": "#000", "stroke_width": 0.8}
+        out.append(element("circle", cx=cx, cy=cy, r=c / 5, **mark))
     return out, (left + len(cols) * c + 16, top + len(rows) * c + 16)
 
 
-def to_svg(view: View, source: str = "", translation: str = "", note: str = "") -> str:
+def view_svg(view: View, source: str = "", translation: str = "", note: str = "") -> str:
     """A standalone SVG: title, source and translation, one panel per head/layer, colour bar."""
     rows, cols = view.row_labels, view.col_labels
     c = max(10.0, min(22.0, 520 / max(len(rows), len(cols))))
-    panels = [_svg_panel(p.title, p.weights, rows, cols, c) for p in view.panels]
+    panels = [_heatmap_svg(p.title, p.weights, rows, cols, c) for p in view.panels]
     pw, ph = panels[0][1]
     per_row = view.columns(int(1600 // pw))
     lines = [view.title]
@@ -221,95 +209,64 @@ def to_svg(view: View, source: str = "", translation: str = "", note: str = "") 
     header = 18 * len(lines) + 40
     n_rows = math.ceil(len(panels) / per_row)
     width = max(per_row * pw, 360, max(len(s) for s in lines) * CHAR_W * 1.05 + 20)
-    height = header + n_rows * ph
-    body = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
-        f"viewBox='0 0 {width:.0f} {height:.0f}' {FONT}>",
-        "<style>rect{shape-rendering:crispEdges}</style>",  # no seams between cells
-        f"<rect width='{width:.0f}' height='{height:.0f}' fill='#fff'/>",
-        "<defs><linearGradient id='scale'>"
-        + "".join(
-            f"<stop offset='{k / (len(VIRIDIS) - 1):.3f}' stop-color='{s}'/>"
-            for k, s in enumerate(VIRIDIS)
-        )
-        + "</linearGradient></defs>",
-    ]
-    for k, line in enumerate(lines):
-        size, bold = (14, " font-weight='bold'") if k == 0 else (11, "")
-        body.append(
-            f"<text x='10' y='{20 + 18 * k}' font-size='{size}'{bold}>{escape(line)}</text>"
-        )
+    stops = "".join(
+        element("stop", offset=f"{k / (len(VIRIDIS) - 1):.3f}", stop_color=s)
+        for k, s in enumerate(VIRIDIS)
+    )
+    scale = element("defs", element("linearGradient", stops, id="scale"))
+    body = [scale, *picture.text_lines(lines, 20, 14)]
     y0 = 18 * len(lines) + 12
-    body.append(f"<text x='10' y='{y0 + 11}' font-size='11'>weight 0</text>")
-    body.append(f"<rect x='62' y='{y0}' width='200' height='14' fill='url(#scale)' stroke='#888'/>")
-    body.append(f"<text x='268' y='{y0 + 11}' font-size='11'>1</text>")
+    bar = element("rect", x=62, y=y0, width=200, height=14, fill="url(#scale)", stroke="#888")
+    body += [text(10, y0 + 11, "weight 0", 11), bar, text(268, y0 + 11, "1", 11)]
     for k, (elements, _) in enumerate(panels):
         x, y = (k % per_row) * pw, header + (k // per_row) * ph
-        body.append(f"<g transform='translate({x:.1f} {y:.1f})'>{''.join(elements)}</g>")
-    body.append("</svg>")
-    return "\n".join(body) + "\n"
+        move = f"translate({x:.1f} {y:.1f})"
+        body.append(element("g", "".join(elements), transform=move))
+    crisp = "rect{shape-rendering:crispEdges}"  # no seams between cells
+    return picture.svg_document(round(width), round(header + n_rows * ph), body, crisp)
 
 
-def to_html(
+def view_html(
     view: View, source: str, translation: str, rows: Sequence[HeadRow] = (), note: str = ""
 ) -> str:
     """One self-contained page: the SVG inline, how to read it, and the per-head table."""
     table = ""
     if rows:
         aligned = any(r.alignment is not None for r in rows)
-        head = "<th>layer</th><th>head</th><th>entropy (bits)</th>"
-        head += "<th>alignment accuracy</th><th>on crossing links</th>" if aligned else ""
-        body = []
-        for r in rows:
-            cells = f"<td>{r.layer}</td><td>{r.head}</td><td>{r.entropy:.2f}</td>"
-            if aligned:
-                cells += f"<td>{r.alignment:.1%}</td><td>{r.crossing:.1%}</td>"
-            body.append(f"<tr>{cells}</tr>")
-        caption = "<caption>Entropy: mean bits per row on this sentence (0 = one position). " + (
+        head = ["layer", "head", "entropy (bits)"]
+        head += ["alignment accuracy", "on crossing links"] if aligned else []
+        cells = [
+            [r.layer, r.head, f"{r.entropy:.2f}"]
+            + ([f"{r.alignment:.1%}", f"{r.crossing:.1%}"] if aligned else [])
+            for r in rows
+        ]
+        caption = "Entropy: mean bits per row on this sentence (0 = one position). " + (
             "Alignment accuracy: share of gold-aligned target words of the toy test split "
             "whose strongest source word is an aligned one; crossing: the same for reordered "
-            "words only.</caption>"
+            "words only."
             if aligned
-            else "</caption>"
+            else ""
         )
-        table = f"<table>{caption}<tr>{head}</tr>{''.join(body)}</table>"
-    return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{escape(view.title)}</title><style>"
-        "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:1.5em;color:#222}"
-        "table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;"
-        "padding:.2em .6em;text-align:right}th{background:#f3f3f3}p{max-width:60em}"
-        "</style></head><body>\n"
-        f"<h1>{escape(view.title)}</h1>\n"
+        table = picture.html_table(head, cells, caption)
+    body = (
         f"<p><b>Source:</b> {escape(source)}<br><b>Translation:</b> {escape(translation)}</p>\n"
         "<p>Each panel is one attention head: a row is a query token, a column a key token, and "
         "the colour the share of the row's attention given to that column (each row sums to 1). "
         "The dot marks each row's strongest cell. Hover a cell for its exact weight.</p>\n"
-        f"{to_svg(view, source, translation, note)}"
-        f"{f'<p>{escape(note)}</p>' if note else ''}{table}\n</body></html>\n"
+        f"{view_svg(view, source, translation, note)}"
+        f"{f'<p>{escape(note)}</p>' if note else ''}{table}\n"
     )
+    style = (
+        "table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;"
+        "padding:.2em .6em;text-align:right}th{background:#f3f3f3}p{max-width:60em}"
+    )
+    return picture.html_page(view.title, body, style)
 
 
 # ---------------------------------------------------------------------------- PNG / JSON
-def require_matplotlib() -> None:
-    """Fail with one line when the optional ``plot`` extra is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise TformerError(
-            "saving .png needs matplotlib: pip install -e '.[plot]' in the tformer clone"
-            " (or pip install matplotlib), or save .svg / .html"
-        ) from None
-
-
-def to_png(view: View, path: Path, source: str = "", translation: str = "") -> None:
+def view_png(view: View, path: Path, source: str = "", translation: str = "") -> None:
     """Draw the view with matplotlib (the ``plot`` extra) into ``path``."""
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = picture.require_matplotlib()
     rows, cols = view.row_labels, view.col_labels
     n = len(view.panels)
     per_row = view.columns(4)

@@ -22,7 +22,7 @@ from tformer_cli.data.tokenizer import EOS_ID, encode
 from tformer_cli.decode.search import search
 from tformer_cli.device import inference
 from tformer_cli.errors import TformerError
-from tformer_cli.files import atomic_write, atomic_write_text
+from tformer_cli.files import atomic_write_text
 from tformer_cli.report.attention import render
 from tformer_cli.report.attention.align import (
     AlignmentScore,
@@ -34,11 +34,12 @@ from tformer_cli.report.attention.maps import (
     KINDS,
     AttentionMaps,
     HeadRow,
-    Panel,
+    Heatmap,
     View,
     inspect_pair,
 )
 from tformer_cli.report.pick import choose_run
+from tformer_cli.report.picture import check_picture, save_picture
 
 
 # ---------------------------------------------------------------------------- selection
@@ -91,7 +92,7 @@ def select(
     for i in layers:
         if hi == "mean":
             panels.append(
-                Panel(f"layer {i + 1} · mean of {h} heads", f"L{i + 1} mean", w[i].mean(0))
+                Heatmap(f"layer {i + 1} · mean of {h} heads", f"L{i + 1} mean", w[i].mean(0))
             )
             continue
         for j in range(h) if hi == "all" else [int(hi)]:
@@ -101,7 +102,7 @@ def select(
                     f"{title} · aligned {accuracy[i, j]:.0%}",
                     f"{short} {accuracy[i, j]:.0%}",
                 )
-            panels.append(Panel(title, short, w[i, j]))
+            panels.append(Heatmap(title, short, w[i, j]))
     which = "all layers" if li == "all" else f"layer {layers[0] + 1} of {L}"
     rows, cols = maps.labels(kind)
     return View(
@@ -142,7 +143,6 @@ def summary_rows(
 
 
 # ---------------------------------------------------------------------------- the command
-PICTURES = (".svg", ".html", ".htm", ".png")
 ALIGNED = "\naligned: share of gold-aligned target words whose strongest source word is aligned"
 
 
@@ -219,10 +219,7 @@ def inspect_attention(
     kind = request.kind
     if kind not in KINDS:
         raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
-    if save is not None and save.suffix.lower() not in PICTURES:
-        raise TformerError(f"--save {save}: use a .svg, .html or .png file name")
-    if save is not None and save.suffix.lower() == ".png":
-        render.require_matplotlib()
+    check_picture(save)
     run = load_run(choose_run(model_dir), request.device, request.precision)
     n_layers = len(run.model.encoder if kind == "encoder" else run.model.decoder)
     check_selection(kind, request.layer, request.head, n_layers, run.model.cfg.h)
@@ -237,7 +234,7 @@ def inspect_attention(
     accuracy = None if score is None else score.accuracy
     view = select(maps, kind, request.layer, request.head, accuracy)
     color = out.color_system in ("256", "truecolor") and not out.no_color  # 16 colours: shades
-    out.print(render.render_terminal(view, out.width, color))
+    out.print(render.view_terminal(view, out.width, color))
     out.print()
     best_head = score.best() if score is not None else None
     out.print(render.summary_table(rows, kind, best_head, out.width))
@@ -256,9 +253,9 @@ def save_view(
     path: Path, view: View, maps: AttentionMaps, rows: list[HeadRow], legend: str, note: str
 ) -> None:
     """The picture: .png (matplotlib), .svg (with ``legend``) or .html (with the summary)."""
-    if path.suffix.lower() == ".png":
-        atomic_write(path, lambda tmp: render.to_png(view, tmp, maps.source, maps.translation))
-    elif path.suffix.lower() == ".svg":
-        atomic_write_text(path, render.to_svg(view, maps.source, maps.translation, legend))
-    else:
-        atomic_write_text(path, render.to_html(view, maps.source, maps.translation, rows, note))
+    save_picture(
+        path,
+        svg=lambda: render.view_svg(view, maps.source, maps.translation, legend),
+        html=lambda: render.view_html(view, maps.source, maps.translation, rows, note),
+        png=lambda tmp: render.view_png(view, tmp, maps.source, maps.translation),
+    )
