@@ -33,6 +33,7 @@ from tformer_cli.device import resolve_device, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.model import Transformer
+from tformer_cli.model.fast import column_major
 from tformer_cli.model.quantize import quantize_int8
 
 RUNS_DIR = Path("runs")
@@ -238,7 +239,7 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     if dtype == torch.qint8:
         return quantize_int8(net)
     if device.type == "cpu":
-        return net.column_major()
+        return column_major(net)
     return net.to(torch.bfloat16) if dtype == torch.bfloat16 else net
 
 

@@ -16,7 +16,7 @@ from tformer_cli.config.fields import MODES
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
 from tformer_cli.errors import TformerError
-from tformer_cli.model import attention
+from tformer_cli.model import fast as model_fast
 from tformer_cli.model.quantize import quantize_int8
 
 
@@ -126,5 +126,5 @@ def test_a_search_of_many_rows_gives_the_fused_kernels_hypotheses(trained_model,
     src = sources(16, trained_model.cfg.vocab_size, seed=5)  # 16 sentences x 4 beams = 64 rows
     cfg = DecodeConfig(beam=4, nbest=2)
     explicit = search(trained_model, src, cfg, compile="off")
-    monkeypatch.setattr(attention, "EXPLICIT_ROWS", 10**9)
+    monkeypatch.setattr(model_fast, "EXPLICIT_ROWS", 10**9)
     assert_same_search(search(trained_model, src, cfg, compile="off"), explicit, atol=1e-5)

@@ -168,19 +168,6 @@ class Transformer(nn.Module):
         pos = torch.zeros((), dtype=torch.long, device=memory.device)
         return DecoderCache(self_kv, cross_kv, src_mask, pos, max_len)
 
-    def column_major(self) -> Transformer:
-        """Store each weight matrix column-major, values and shapes unchanged, for inference on CPU.
-
-        ``F.linear(x, W)`` computes x W^T; with W column-major, W^T (d_in, d_out) is contiguous:
-        the layout MKL's GEMMs with few rows run fastest with (benchmarks/bench_decode.py).
-        Training keeps the default
-        row-major layout, which its gradients and optimizer share.
-        """
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                module.weight.data = module.weight.data.t().contiguous().t()
-        return self
-
     def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
         """The attention sublayers by kind (``encoder``, ``decoder``, ``cross``), in layer order."""
         return {
