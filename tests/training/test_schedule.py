@@ -21,8 +21,7 @@ from tests.training.test_trainer import (
 from tformer_cli.checkpoint import load_state
 from tformer_cli.config import TrainConfig
 from tformer_cli.errors import TformerError
-from tformer_cli.training import schedule
-from tformer_cli.training import trainer as trainer_module
+from tformer_cli.training import bookkeeping, schedule
 from tformer_cli.training.schedule import budget_updates, lr_at
 from tformer_cli.training.state import TrainState
 from tformer_cli.training.trainer import Trainer
@@ -118,7 +117,7 @@ def fixed_estimate(monkeypatch, updates_left: int = 30) -> None:
 def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
-    monkeypatch.setattr(trainer_module, "LOG_EVERY", 1)
+    monkeypatch.setattr(bookkeeping, "LOG_EVERY", 1)
     fixed_estimate(monkeypatch)
     trainer, _ = run(
         tmp_path / "run", tiny_corpus, max_steps=0, max_epochs=2, max_minutes=60, valid_every=100,
@@ -142,7 +141,7 @@ def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_j
     Every estimate moves the end 30 updates past it, and the learning rate goes on down from
     where it stood. The last.pt of a validation counts its second in the time spent validating
     and in the total."""
-    monkeypatch.setattr(trainer_module, "LOG_EVERY", 1)
+    monkeypatch.setattr(bookkeeping, "LOG_EVERY", 1)
     rates: dict[int, float] = {}
 
     def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
@@ -242,7 +241,7 @@ def test_resume_with_another_max_minutes_recomputes_the_estimate_and_says_so(
 def test_validation_and_every_other_record_carry_the_elapsed_time(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
-    monkeypatch.setattr(trainer_module, "LOG_EVERY", 4)
+    monkeypatch.setattr(bookkeeping, "LOG_EVERY", 4)
     run(tmp_path / "run", tiny_corpus, max_steps=8, valid_every=4)
     records = log_records(tmp_path / "run")
     assert {"valid_bleu", "loss", "test_bleu", "stopped_by"} <= {k for r in records for k in r}
