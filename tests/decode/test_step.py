@@ -1,5 +1,5 @@
 """The static-shape decode step: which way it runs (eager, compiled, CUDA graphs), and that
-every way gives the eager search's tokens and scores (the CPU's compiled step: test_aot.py);
+every way gives the eager search's tokens and scores (the CPU's compiled step: fast/test_aot.py);
 buckets; int8 weights."""
 
 from __future__ import annotations

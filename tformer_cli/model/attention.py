@@ -37,9 +37,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tu
 
     Returns the output (B, h, T, d_k) and the weights (B, h, T, S) that inspection needs.
     """
-    scores = (
-        q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    )  # (B,h,T,d_k) x (B,h,d_k,S) -> (B,h,T,S)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, d_k) x (B, h, d_k, S)
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)  # (B, h, T, S), each row sums to 1
