@@ -1,5 +1,5 @@
 """Fused or explicit attention in a CPU decoding step: the measurement behind ``EXPLICIT_ROWS``
-(``tformer_cli/model/attention.py``).
+(``tformer_cli/model/fast.py``).
 
 First the attention alone, at the shapes a decoding step of the benchmark model (4 heads,
 d_k 64) gives it: self-attention of one query a row over a ``span`` of a KV buffer of 128 slots,
@@ -29,6 +29,7 @@ from tformer_cli.data.batching import pad
 from tformer_cli.decode.search import search
 from tformer_cli.device import cpu_model, setup
 from tformer_cli.model import attention as attention_module
+from tformer_cli.model import fast as model_fast
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_decode import cpu_model_of, model_config, random_sources
@@ -66,17 +67,17 @@ def kernels() -> None:
 def searches(rounds: int) -> None:
     cfg = model_config()
     model = cpu_model_of(cfg)
-    shipped, times = attention_module.EXPLICIT_ROWS, {}
+    shipped, times = model_fast.EXPLICIT_ROWS, {}
     for _ in range(rounds):
         for beams, n in SEARCHES:
             src = pad(random_sources(n, cfg.vocab_size, seed=0))
             dc = DecodeConfig(beam=beams, max_len_a=0, max_len_b=64, min_len=64)
             for rows in (shipped, 10**9):
-                attention_module.EXPLICIT_ROWS = rows
+                model_fast.EXPLICIT_ROWS = rows
                 start = time.perf_counter()
                 search(model, src, dc, compile="off")
                 times.setdefault((beams, n, rows), []).append(time.perf_counter() - start)
-    attention_module.EXPLICIT_ROWS = shipped
+    model_fast.EXPLICIT_ROWS = shipped
     print(f"\n| search | rows | explicit from {shipped} rows | fused only | explicit vs fused |")
     print("|---|---:|---:|---:|---:|")
     for beams, n in SEARCHES:

@@ -54,8 +54,10 @@ from tformer_cli.checkpoint import for_inference
 from tformer_cli.config import DecodeConfig, ModelConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tformer_cli.decode.fast.buckets import round_up
+from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import DecodeStep, round_up, search_threads
+from tformer_cli.decode.step import DecodeStep
 from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup
 from tformer_cli.model import Transformer
 from tformer_cli.model.quantize import quantize_int8

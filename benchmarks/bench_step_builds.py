@@ -2,7 +2,7 @@
 (sentences x beams): the build for few rows (Inductor's own C++ matrix kernels, tuned by
 ``max_autotune`` at the export's few rows) and the build for many (MKL's kernels, as the eager
 step calls them, and attention as the explicit ops): the measurement behind ``FEW_ROWS``
-(``tformer_cli/decode/step.py``). The random 3+3-layer d=256 model of ``bench_decode.py``,
+(``tformer_cli/decode/fast/cpu.py``). The random 3+3-layer d=256 model of ``bench_decode.py``,
 tokens forced, rounds interleaved, medians; the builds go to a fresh cache folder, so their
 times are printed.
 
@@ -23,7 +23,7 @@ import torch
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad
-from tformer_cli.decode import step
+from tformer_cli.decode.fast import cpu
 from tformer_cli.decode.search import search
 from tformer_cli.device import cpu_model, setup
 from tformer_cli.model import Transformer
@@ -37,7 +37,7 @@ BUILDS = {"few": 10**9, "many": 0, "eager": None}  # FEW_ROWS that forces each b
 
 def tok_per_s(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, build: str) -> float:
     few_rows = BUILDS[build]
-    step.FEW_ROWS = few_rows if few_rows is not None else step.FEW_ROWS
+    cpu.FEW_ROWS = few_rows if few_rows is not None else cpu.FEW_ROWS
     start = time.perf_counter()
     search(model, src, cfg, True, "off" if few_rows is None else "on")
     return src.size(0) * cfg.max_len_b / (time.perf_counter() - start)
@@ -52,7 +52,7 @@ def main() -> None:
     print(f"# {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads,"
           f" {time.strftime('%Y-%m-%d')}; {args.length} tokens per sentence")  # fmt: skip
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()  # a fresh folder: every step built here
-    model, shipped, times = cpu_model_of(model_config()), step.FEW_ROWS, {}
+    model, shipped, times = cpu_model_of(model_config()), cpu.FEW_ROWS, {}
     with torch.inference_mode():
         for r in range(args.rounds + 1):  # the first round builds and warms up
             for beams, n in SETTINGS:
@@ -63,7 +63,7 @@ def main() -> None:
                     tok = tok_per_s(model, src, cfg, build)
                     if r:
                         times.setdefault((beams, n, build), []).append(tok)
-    step.FEW_ROWS = shipped
+    cpu.FEW_ROWS = shipped
     print(f"\n| search | rows | few rows tok/s | many rows tok/s | eager tok/s | few vs many |"
           f" chosen (FEW_ROWS {shipped}) vs eager |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -157,6 +157,6 @@ def make_run() -> Callable[..., tuple[Path, Transformer]]:
 @pytest.fixture
 def single_thread_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the trainer from raising torch's thread count on the shared two-core machine."""
-    from tformer_cli.training import trainer as training
+    from tformer_cli.training import bookkeeping as training
 
     monkeypatch.setattr(training, "setup_threads", lambda: None)

@@ -62,7 +62,7 @@ def plain_environment(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def no_thread_raise(monkeypatch):
     """The trainer would raise torch's thread count on the shared two-core machine."""
-    from tformer_cli.training import trainer as training
+    from tformer_cli.training import bookkeeping as training
 
     monkeypatch.setattr(training, "setup_threads", lambda: None)
 

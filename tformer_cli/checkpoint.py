@@ -266,12 +266,13 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     casts at every step)."""
     import torch
 
+    from tformer_cli.model.fast import column_major
     from tformer_cli.model.quantize import quantize_int8
 
     if dtype == torch.qint8:
         return quantize_int8(net)
     if device.type == "cpu":
-        return net.column_major()
+        return column_major(net)
     return net.to(torch.bfloat16) if dtype == torch.bfloat16 else net
 
 

@@ -1,5 +1,5 @@
 """The static-shape decode step: which way it runs (eager, compiled, CUDA graphs), and that
-every way gives the eager search's tokens and scores (the CPU's compiled step: test_aot.py);
+every way gives the eager search's tokens and scores (the CPU's compiled step: fast/test_aot.py);
 buckets; int8 weights."""
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ import torch
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.config.fields import MODES
+from tformer_cli.decode import fast
+from tformer_cli.decode.fast.buckets import EAGER, GRAPHS, Buckets, FastStep
+from tformer_cli.decode.fast.cpu import CpuStep
+from tformer_cli.decode.fast.graphs import uses_cuda_graphs
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import EAGER, GRAPHS, Buckets, DecodeStep, uses_cuda_graphs
+from tformer_cli.decode.step import DecodeStep
 from tformer_cli.errors import TformerError
-from tformer_cli.model import attention
+from tformer_cli.model import fast as model_fast
 from tformer_cli.model.quantize import quantize_int8
 
 
@@ -48,8 +52,9 @@ def test_buckets_round_rows_up_to_powers_of_two_only_where_shapes_cost():
 def test_on_the_cpu_auto_and_on_may_compile_ahead_of_time_and_off_is_eager(tiny_model):
     model = tiny_model(seed=1).eval()
     steps = [DecodeStep(model, mode) for mode in MODES]
-    assert [step.cpu_mode for step in steps] == [mode if mode != "off" else None for mode in MODES]
-    assert all(step.fn == step.eager and step.buckets == EAGER for step in steps)  # no graphs
+    ways = [step.fast.mode if isinstance(step.fast, CpuStep) else step.fast for step in steps]
+    assert ways == [mode if mode != "off" else None for mode in MODES]
+    assert all(step.buckets == EAGER for step in steps)  # no graphs
     with pytest.raises(TformerError, match="unknown --compile"):
         DecodeStep(model, "sometimes")
 
@@ -79,14 +84,24 @@ def test_bucketed_rows_and_lengths_give_the_exact_sizes_results(tiny_model, beam
     src = sources(5, model.cfg.vocab_size, seed=4)
     cfg = DecodeConfig(beam=beam, nbest=beam)
     exact = search(model, src, cfg, compile="off")
-    monkeypatch.setattr(DecodeStep, "__init__", bucketed_init)
-    padded = search(model, src, cfg, compile="off")
+    monkeypatch.setattr(fast, "choose", lambda model, mode, eager, notice: Bucketed(eager))
+    twin = copy.deepcopy(model)  # a step of its own, chosen anew
+    padded = search(twin, src, cfg, compile="off")
+    assert max(DecodeStep.of(twin, "off").fast.rows) == 8 * beam  # 5 sentences: a bucket of 8
     assert_same_search(exact, padded, atol=1e-5)
 
 
-def bucketed_init(self, model, compile="auto", on_notice=None):  # eager, with GRAPHS' buckets
-    self.model, self.graphs, self.buckets = model, False, GRAPHS
-    self.fn, self.cpu_mode, self.compiled_now = self.eager, None, None
+class Bucketed(FastStep):
+    """The eager step over ``GRAPHS``' buckets, recording the rows it ran."""
+
+    buckets = GRAPHS
+
+    def __init__(self, eager):
+        self.eager, self.rows = eager, set()
+
+    def __call__(self, tokens, cache, rows):
+        self.rows.add(cache.self_kv.size(2))
+        return self.eager(tokens, cache, rows)
 
 
 def test_int8_weights_translate_like_fp32_on_a_trained_model(trained_model):
@@ -126,5 +141,5 @@ def test_a_search_of_many_rows_gives_the_fused_kernels_hypotheses(trained_model,
     src = sources(16, trained_model.cfg.vocab_size, seed=5)  # 16 sentences x 4 beams = 64 rows
     cfg = DecodeConfig(beam=4, nbest=2)
     explicit = search(trained_model, src, cfg, compile="off")
-    monkeypatch.setattr(attention, "EXPLICIT_ROWS", 10**9)
+    monkeypatch.setattr(model_fast, "EXPLICIT_ROWS", 10**9)
     assert_same_search(search(trained_model, src, cfg, compile="off"), explicit, atol=1e-5)

@@ -41,7 +41,7 @@ from tformer_cli.files import umask
 from tformer_cli.interop.hf import export_hf, import_marian, run_config
 from tformer_cli.model import Transformer
 from tformer_cli.report.runs import collect_run
-from tformer_cli.training import trainer
+from tformer_cli.training import bookkeeping
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
@@ -337,7 +337,7 @@ def test_train_init_from_fine_tunes_an_import_with_its_target_tokenizer(
     corpus, runs = toy_corpus_folder(tmp_path / "toy"), tmp_path / "runs"
     decoders = []  # the tokenizers training decodes its hypotheses with (validation BLEU)
     monkeypatch.setattr(
-        trainer, "decode", lambda tok, ids: decoders.append(tok) or decode(tok, ids)
+        bookkeeping, "decode", lambda tok, ids: decoders.append(tok) or decode(tok, ids)
     )
 
     def tune(source: Path, name: str) -> Path:

@@ -8,12 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_cli.model import attention as attention_module
 from tformer_cli.model.attention import (
     MultiHeadAttention,
     attention,
     causal_mask,
-    explicit_decoding,
     fold_beams,
     padding_mask,
     unfold_beams,
@@ -249,13 +247,3 @@ def test_cached_self_attention_writes_keys_in_place_and_matches_full_pass():
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert kv_buf.data_ptr() == ptr
     assert torch.all(kv_buf[..., 5:, :] == 0) and torch.all(kv_buf[..., :5, :] != 0)
-
-
-def test_only_an_eager_cpu_decoding_step_of_many_rows_attends_explicitly():
-    rows = attention_module.EXPLICIT_ROWS
-    with torch.no_grad():
-        assert explicit_decoding(torch.zeros(rows, 4, 1, 8))  # self-attention: a query a row
-        assert explicit_decoding(torch.zeros(rows // 5 + 1, 4, 5, 8))  # cross: 5 beams a sentence
-        assert not explicit_decoding(torch.zeros(rows - 1, 4, 1, 8))  # few rows: the fused kernel
-        assert not explicit_decoding(torch.zeros(rows, 4, 32, 8))  # a whole sequence, not a step
-    assert not explicit_decoding(torch.zeros(rows, 4, 1, 8))  # autograd: explicit_backward's

@@ -298,29 +298,6 @@ def test_logits_at_chosen_positions_equal_the_full_logits_there(
     assert torch.allclose(chosen, full[at], atol=ATOL, rtol=0)
 
 
-def test_column_major_keeps_values_ties_and_outputs(tiny_model, token_batch, decoder_input):
-    model = tiny_model(seed=12)
-    src, y = token_batch([5, 3], seed=23), decoder_input([4, 4], seed=24)
-    with torch.inference_mode():
-        before, state = model(src, y), {k: v.clone() for k, v in model.state_dict().items()}
-        model.column_major()
-        after = model(src, y)
-    w = model.decoder[0].self_attn.w_qkv.weight
-    assert w.t().is_contiguous() and not w.is_contiguous()  # stored as (d_in, d_out)
-    assert model.generator.weight is model.src_embed.tokens.weight  # still tied
-    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
-    assert torch.allclose(after, before, atol=ATOL, rtol=0)
-
-
-def test_load_run_gives_a_column_major_model_on_cpu(tmp_path, make_run):
-    from tformer_cli.checkpoint import load_run
-
-    run_dir, model = make_run(tmp_path / "run")
-    loaded = load_run(run_dir, "cpu").model
-    assert loaded.generator.weight.t().is_contiguous()
-    assert all(torch.equal(model.state_dict()[k], v) for k, v in loaded.state_dict().items())
-
-
 def test_the_output_bias_is_an_option_whose_default_keeps_the_state_dict(tiny_model, token_batch):
     plain, biased = tiny_model(), tiny_model(output_bias=True)
     assert set(biased.state_dict()) - set(plain.state_dict()) == {"generator.bias"}

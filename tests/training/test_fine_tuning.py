@@ -13,6 +13,7 @@ from tformer_cli.checkpoint import RunConfig, load_run, load_state
 from tformer_cli.cli import app
 from tformer_cli.data.tokenizer import save_tokenizer, train_tokenizer
 from tformer_cli.decode.translate import translate_texts
+from tformer_cli.model.fast import column_major
 from tformer_cli.training.trainer import Trainer
 
 runner = CliRunner()
@@ -37,7 +38,7 @@ def test_a_model_made_by_init_from_translates_as_the_source_run_before_its_first
     texts = ["a b c", "d e"]
     tuned.model.eval()
     mine = translate_texts(
-        loaded.__class__(**{**loaded.__dict__, "model": tuned.model.column_major()}), texts
+        loaded.__class__(**{**loaded.__dict__, "model": column_major(tuned.model)}), texts
     )
     assert [t.translations for t in mine] == [
         t.translations for t in translate_texts(loaded, texts)

@@ -1,4 +1,5 @@
-"""The label-smoothed cross-entropy: its value by hand, its gradient against autograd."""
+"""The label-smoothed cross-entropy: its value by hand, its gradient against autograd, the fused
+gradient against the plain formula's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tformer_cli.training import loss as loss_module
 from tformer_cli.training.loss import label_smoothed_loss
 
 
@@ -49,3 +51,20 @@ def test_bf16_logits_get_bf16_gradients_computed_in_fp32():
     F.cross_entropy(reference, gold, label_smoothing=0.1, reduction="sum").backward()
     assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
     torch.testing.assert_close(logits.grad.float(), reference.grad, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_gradient_equals_autograd_through_the_plain_formula(dtype, monkeypatch):
+    """``FUSED_GRADIENT`` changes the backward only: the same loss, the same gradient."""
+    torch.manual_seed(1)
+    logits, gold = torch.randn(6, 13).mul(3).to(dtype), torch.randint(0, 13, (6,))
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(loss_module, "FUSED_GRADIENT", fused)
+        x = logits.clone().requires_grad_()
+        value = label_smoothed_loss(x, gold, 0.1)
+        (value * 0.5).backward()
+        results.append((value.detach(), x.grad))
+    (fused_value, fused_grad), (plain_value, plain_grad) = results
+    assert torch.equal(fused_value, plain_value) and fused_grad.dtype == plain_grad.dtype == dtype
+    torch.testing.assert_close(fused_grad, plain_grad)

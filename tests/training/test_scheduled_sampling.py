@@ -120,7 +120,7 @@ def test_training_with_eps_below_one_changes_the_updates(
 
 
 def test_the_training_log_records_eps(tmp_path, tiny_corpus, single_thread_trainer, monkeypatch):
-    from tformer_cli.training import trainer as training
+    from tformer_cli.training import bookkeeping as training
 
     monkeypatch.setattr(training, "LOG_EVERY", 2)
     run(tmp_path / "ss", tiny_corpus, max_steps=6, valid_every=100, scheduled_sampling="linear",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tformer_cli.training import state as state_module
-from tformer_cli.training.schedule import Budget
+from tformer_cli.training.budget import Budget
 from tformer_cli.training.state import KillPoints, TrainState, micro_seeds
 
 # The keys of last.pt's "state", in order: older runs resume from them, so they never change

@@ -20,11 +20,13 @@ from tformer_cli.compile import maybe_compile
 from tformer_cli.config import ModelConfig, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.errors import TformerError
+from tformer_cli.training import bookkeeping
 from tformer_cli.training import trainer as trainer_module
+from tformer_cli.training.bookkeeping import MAX_NONFINITE
 from tformer_cli.training.loss import label_smoothed_loss
 from tformer_cli.training.setup import new_run_dir, prepare
 from tformer_cli.training.state import stop_on_interrupt
-from tformer_cli.training.trainer import MAX_NONFINITE, Trainer, forward_loss
+from tformer_cli.training.trainer import Trainer, forward_loss
 
 
 def test_tiny_model_overfits_a_small_batch(tiny_model):
@@ -396,7 +398,7 @@ def test_resume_of_a_run_another_process_trains_says_only_that(
 def test_resume_drops_log_records_past_the_saved_step(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
-    monkeypatch.setattr(trainer_module, "LOG_EVERY", 2)
+    monkeypatch.setattr(bookkeeping, "LOG_EVERY", 2)
     run(tmp_path / "run", tiny_corpus, max_steps=6, valid_every=100)
     log = tmp_path / "run" / "log.jsonl"
     with log.open("a") as f:  # what a killed run wrote after its save, and half a line

@@ -25,8 +25,8 @@ from tformer_cli.config import DecodeConfig, Range, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, encode
+from tformer_cli.decode.reference import next_logprobs
 from tformer_cli.decode.search import ensemble
-from tformer_cli.decode.step import next_logprobs
 from tformer_cli.decode.streams import file_lines, save_translations, translate_chunks
 from tformer_cli.decode.trace import trace_search
 from tformer_cli.decode.translate import Batching, translate_texts

@@ -1,3 +1,4 @@
 """From a trained model to output text, in layers: ``reference`` (what a search computes, as
-naive loops), ``search`` (greedy, beam and sampling over the KV-cached ``step``), ``translate``
-(length-sorted batches, MBR), ``streams`` (lines in, output formats out)."""
+naive loops), ``search`` (greedy, beam and sampling over the KV-cached ``step``, which ``fast``
+runs compiled or as graphs), ``translate`` (length-sorted batches, MBR), ``streams`` (lines in,
+output formats out)."""

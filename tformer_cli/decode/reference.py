@@ -12,7 +12,6 @@ from torch import Tensor
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from tformer_cli.decode.step import next_logprobs
 from tformer_cli.model import Transformer
 
 
@@ -25,6 +24,16 @@ class Hypothesis:
     logprob: float
     score: float
     finished: bool = True
+
+
+def next_logprobs(logits: Tensor) -> Tensor:
+    """log p(. | x, y_<t) (R, V), fp32, from the logits (R, V) of the last position. ``<pad>``
+    and ``<s>`` are never generated; the other log-probabilities stay the model's own (no
+    renormalisation), so scores equal a teacher-forced pass's."""
+    logp = logits.float().log_softmax(dim=-1)  # (R, V)
+    logp[:, PAD_ID] = float("-inf")
+    logp[:, BOS_ID] = float("-inf")
+    return logp
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:

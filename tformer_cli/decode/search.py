@@ -11,10 +11,12 @@ from torch import Tensor, nn
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.fast.buckets import round_up
+from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.greedy import advance
-from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
+from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths, next_logprobs
 from tformer_cli.decode.sampling import sample_next
-from tformer_cli.decode.step import DecodeStep, next_logprobs, round_up, search_threads
+from tformer_cli.decode.step import DecodeStep
 from tformer_cli.model import DecoderCache, Transformer
 
 DEFAULT = DecodeConfig()

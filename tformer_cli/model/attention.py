@@ -8,11 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Query rows (sentences x beams) from which a CPU decoding step attends through the explicit ops:
-# below it the fused kernel is faster, above it the explicit ops (docs/speed.md); and the most
-# queries a row has in such a step (a sentence's beams in cross-attention).
-EXPLICIT_ROWS = 64
-DECODING_QUERIES = 16
+from tformer_cli.model import fast
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -41,9 +37,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tu
 
     Returns the output (B, h, T, d_k) and the weights (B, h, T, S) that inspection needs.
     """
-    scores = (
-        q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    )  # (B,h,T,d_k) x (B,h,d_k,S) -> (B,h,T,S)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, d_k) x (B, h, d_k, S)
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)  # (B, h, T, S), each row sums to 1
@@ -56,9 +50,8 @@ class MultiHeadAttention(nn.Module):
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
     from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
     Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); training on the CPU, decoding many rows at once on the CPU and a
-    module set ``explicit`` take the explicit path too (``attend``); otherwise the fused
-    ``F.scaled_dot_product_attention`` kernel runs.
+    ``weights`` (B, h, T, S); otherwise PyTorch's fused kernel runs where it is the faster
+    (``attend``).
     """
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
@@ -133,13 +126,11 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1), (B, h, T, d_k): the
-        fused kernel, or the explicit ``attention`` where the weights are recorded, where set
-        ``explicit``, where autograd runs on the CPU (``explicit_backward``) or where many rows
-        decode at once on the CPU (``explicit_decoding``)."""
+        explicit ``attention``, or the same computed by PyTorch's fused kernel where it is the
+        faster (``fast.fused_attention``) and the weights are not recorded."""
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
-        explicit = self.explicit or explicit_backward(q) or explicit_decoding(q)
-        if not (self.record_weights or explicit):
+        if not self.record_weights and fast.fused_attention(q, self.explicit):
             # is_causal lets the kernel skip the masked blocks instead of adding -inf
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         if causal:  # the mask the fused kernel applies by itself (T == S)
@@ -147,21 +138,6 @@ class MultiHeadAttention(nn.Module):
         out, weights = attention(q, k, v, mask)
         self.weights = weights if self.record_weights else None
         return out
-
-
-def explicit_backward(q: Tensor) -> bool:
-    """Whether autograd will run through this attention on the CPU, where the backward of the
-    explicit ops runs faster than the fused kernel's."""
-    return torch.is_grad_enabled() and q.device.type == "cpu"
-
-
-def explicit_decoding(q: Tensor) -> bool:
-    """Whether q (B, h, T, d_k) is a CPU decoding step of at least ``EXPLICIT_ROWS`` query rows
-    of a few queries each (T: 1, or the beams of a sentence in cross-attention), eager, where
-    two matrix products and a softmax beat the fused kernel's per-row blocking."""
-    B, _, T, _ = q.shape
-    eager = not (torch.is_grad_enabled() or torch.compiler.is_compiling())
-    return eager and q.device.type == "cpu" and T <= DECODING_QUERIES and B * T >= EXPLICIT_ROWS
 
 
 def write_cache(

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tformer_cli.config import ModelConfig
+from tformer_cli.model import fast
 from tformer_cli.model.attention import MultiHeadAttention
 
 
@@ -28,29 +29,14 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Dropout (section 5.4): zero each element with probability p, scale the rest by 1/(1-p).
-
-    This is ``F.dropout(x, p, training)``, which runs on GPUs and under ``torch.compile``. On an
-    eager CPU it is ``dropout_16bit_mask``: the same distribution from a cheaper random draw.
-    """
+    """Dropout (section 5.4): zero each element with probability p, scale the rest by 1/(1-p):
+    ``F.dropout``, or on an eager CPU the same distribution from a cheaper random draw
+    (``fast.draws_16bit_masks``)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or torch.compiler.is_compiling():
-        return F.dropout(x, p, training=True)  # fused on GPUs and by Inductor
-    return dropout_16bit_mask(x, p)
-
-
-def dropout_16bit_mask(x: Tensor, p: float) -> Tensor:
-    """Inverted dropout whose keep mask compares 16 random bits per element with a threshold:
-    one 64-bit draw of the global generator serves four elements, where ``F.dropout`` draws a
-    Bernoulli variable per element. p is rounded to a multiple of 1/65536 (at most
-    65535/65536), and the kept elements are scaled by exactly that rounded 1/(1-p).
-    """
-    dropped = min(round(p * 65536), 65535)  # of the 65536 values of 16 bits, those that drop
-    bits = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    uniform16 = bits.view(torch.int16)[: x.numel()].view(x.shape)  # (..), each in [-2^15, 2^15)
-    keep = uniform16 >= dropped - 32768  # P(keep) = 1 - dropped / 65536
-    return (x * keep).mul_(65536 / (65536 - dropped))
+    if fast.draws_16bit_masks(x):
+        return fast.dropout_16bit_mask(x, p)
+    return F.dropout(x, p, training=True)
 
 
 class Embeddings(nn.Module):
@@ -76,22 +62,14 @@ class Embeddings(nn.Module):
         return self.learned if self.is_learned else self.sinusoid
 
     def forward(self, tokens: Tensor, slots: Tensor | None = None) -> Tensor:
-        """tokens (B, T) at positions 0 .. T-1, or at ``slots`` (T,) -> (B, T, d_model).
-
-        Under autocast on CPU the output, and so the residual stream that starts here, is in
-        the autocast dtype (bf16), as are the LayerNorms and residual additions along it (CPU
-        autocast leaves them in their input's dtype): two casts of every (B, T, d) activation
-        per sublayer fewer, forward and backward. On CUDA, whose autocast runs LayerNorm in
-        fp32, the stream stays fp32.
-        """
+        """tokens (B, T) at positions 0 .. T-1, or at ``slots`` (T,) -> (B, T, d_model); under
+        autocast on the CPU in the autocast dtype (``fast.autocast_stream``)."""
         T = tokens.size(1)
         pe = (
             self.positions[:T] if slots is None else self.positions.index_select(0, slots)
         )  # (T, d)
         x = self.tokens(tokens) * self.scale + pe  # (B, T, d)
-        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-            x = x.to(torch.get_autocast_dtype("cpu"))
-        return dropout(x, self.p, self.training)
+        return dropout(fast.autocast_stream(x), self.p, self.training)
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "silu": F.silu}

@@ -50,17 +50,20 @@ class DecoderCache:
     ) -> DecoderCache:
         """A cache of the decoder ``rows`` (index into B) and memory ``sentences`` (into B'):
         fewer rows once some are finished. ``into``: buffers of the new shape to fill
-        (kept across batches by a captured step), else new ones."""
+        (kept across batches by a captured step), else new ones (and a new ``spare`` if this
+        cache has one)."""
         if into is None:
             L, _, _, h, T_max, d_k = self.self_kv.shape
+            self_kv = self.self_kv.new_zeros((L, 2, rows.numel(), h, T_max, d_k))  # finite
             into = DecoderCache(
-                self.self_kv.new_zeros((L, 2, rows.numel(), h, T_max, d_k)),  # finite: masked slots
+                self_kv,
                 self.cross_kv.new_empty(
                     (*self.cross_kv.shape[:2], sentences.numel(), *self.cross_kv.shape[3:])
                 ),
                 self.src_mask.new_empty((sentences.numel(), *self.src_mask.shape[1:])),
                 self.pos.clone(),
                 self.span,
+                None if self.spare is None else torch.zeros_like(self_kv),
             )
         torch.index_select(
             self.self_kv.narrow(4, 0, self.span), 2, rows, out=into.self_kv.narrow(4, 0, self.span)
@@ -167,19 +170,6 @@ class Transformer(nn.Module):
         self_kv = cross_kv.new_zeros((L, 2, B * beams, h, max_len, d_k))
         pos = torch.zeros((), dtype=torch.long, device=memory.device)
         return DecoderCache(self_kv, cross_kv, src_mask, pos, max_len)
-
-    def column_major(self) -> Transformer:
-        """Store each weight matrix column-major, values and shapes unchanged, for inference on CPU.
-
-        ``F.linear(x, W)`` computes x W^T; with W column-major, W^T (d_in, d_out) is contiguous:
-        the layout MKL's GEMMs with few rows run fastest with (benchmarks/bench_decode.py).
-        Training keeps the default
-        row-major layout, which its gradients and optimizer share.
-        """
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                module.weight.data = module.weight.data.t().contiguous().t()
-        return self
 
     def attention_modules(self) -> dict[str, list[MultiHeadAttention]]:
         """The attention sublayers by kind (``encoder``, ``decoder``, ``cross``), in layer order."""

@@ -32,7 +32,7 @@ import torch
 
 from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state, torch_save
 from tformer_cli.files import atomic_write, atomic_write_text
-from tformer_cli.training.schedule import Budget
+from tformer_cli.training.budget import Budget
 
 KILL_AT = "TFORMER_TEST_KILL_AT"  # tests: EVENT:N, see KillPoints
 

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -36,11 +36,11 @@ from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 from torch.export import Dim
 
 from tformer_cli.compile import cache_root
+from tformer_cli.decode.fast.buckets import Eager
 from tformer_cli.decode.greedy import advance, ban_eos
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
-Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
 FORMAT = 3  # bump when the exported step's inputs or outputs change
 BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
 # Inductor's options for the build: weights folded in as constants (freezing), and for a step of

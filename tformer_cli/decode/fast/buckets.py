@@ -1,0 +1,69 @@
+"""Static shapes for a step that runs as a graph: rows, source length and the attended span
+rounded up to a few buckets, so that each shape costs one graph (``Buckets``), and what every
+fast way of running the decode step shares (``FastStep``)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from tformer_cli.data.tokenizer import PAD_ID
+from tformer_cli.model import DecoderCache, Transformer
+
+Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
+
+
+def round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """How the step's shape axes are rounded up. Exact sizes (1) where shapes cost nothing to
+    change (eager); powers of two for rows, multiples for lengths where each shape is a graph."""
+
+    rows: bool = False  # round rows (sentences) up to a power of two
+    source: int = 1  # round the source length up to a multiple of this
+    span: int = 1  # round the attended self-attention slots up to a multiple of this
+
+    def sentences(self, n: int) -> int:
+        return 1 << (n - 1).bit_length() if self.rows else n
+
+
+EAGER = Buckets()
+GRAPHS = Buckets(rows=True, source=16, span=32)
+
+
+class FastStep(ABC):
+    """A faster way to run ``DecodeStep.eager``, with the same results: ``step(tokens, cache,
+    rows)`` -> log-probs (R, V), over caches whose shapes are rounded up to ``buckets``."""
+
+    buckets = EAGER
+
+    @abstractmethod
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor: ...
+
+    def start(self, model: Transformer, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+        """``DecodeStep.start`` with its sentences, source length and slots rounded up to the
+        buckets (padding rows repeat the last sentence, so every row attends to something
+        real)."""
+        B, S = src.shape
+        S_bucket = max(S, min(round_up(S, self.buckets.source), model.cfg.max_positions))
+        padded = src.new_full((self.buckets.sentences(B), S_bucket), PAD_ID)
+        padded[:B, :S] = src
+        padded[B:, :S] = src[-1]
+        memory, src_mask = model.encode(padded)  # (B', S', d), (B', 1, 1, S')
+        return model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
+
+    def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
+        """``DecodeStep.select``: new buffers, unless the step keeps its own."""
+        return cache.select(rows, sentences)
+
+    def greedy(
+        self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
+    ) -> list[Tensor] | None:
+        """``DecodeStep.greedy``: None, unless the step makes greedy's choice itself."""
+        return None

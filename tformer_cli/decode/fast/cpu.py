@@ -1,0 +1,137 @@
+"""The decode step on the CPU with ``--compile auto`` or ``on``: when to run it compiled ahead of
+time (``aot``: a shared library per model, beams, threads and build, every length a dynamic
+dimension, kept on disk), and which build: the one for few rows up to ``FEW_ROWS`` rows a
+batch, the one for many above.
+
+``on`` builds it at once; ``auto`` runs eagerly, loads a kept one after ``LOAD_AFTER`` seconds of
+eager decoding or for a batch of at least ``LOAD_WORK`` row-steps, or builds it once eager
+decoding has taken as long as a build (so a short job never pays more than twice its eager
+time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step stays eager.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from tformer_cli.decode.fast import aot
+from tformer_cli.decode.fast.buckets import Eager, FastStep
+from tformer_cli.model import DecoderCache, Transformer
+
+# Seconds of eager decoding after which ``auto`` builds the compiled CPU step: the time the last
+# build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
+# time; so that a job pays at most about twice what the better choice would have cost.
+BUILD_AFTER = 60.0
+# Seconds of eager decoding after which ``auto`` looks for a kept compiled step: loading one
+# imports Inductor first, seconds that a short job would not win back.
+LOAD_AFTER = 3.0
+# Row-steps (rows x the most tokens each may output) of one batch from which ``auto`` loads a
+# kept compiled step at once: a batch that large takes eager decoding longer than the import.
+LOAD_WORK = 20_000
+# Rows (sentences x beams) of a batch up to which the compiled CPU step is the build for few rows
+# (Inductor's own matrix kernels), above which the build for many (MKL's, explicit attention):
+# where one beat the other (benchmarks/bench_step_builds.py, docs/speed.md).
+FEW_ROWS = 8
+
+
+class CpuStep(FastStep):
+    """The eager step, or for each batch the compiled step of its beams and build once one is
+    kept or worth building (``cpu_step``). ``mode``: ``auto`` or ``on``; ``on_notice`` hears
+    the one-line notices (compile time, a fallback to eager)."""
+
+    def __init__(
+        self,
+        model: weakref.ref[Transformer],
+        mode: str,
+        eager: Eager,
+        on_notice: Callable[[str], None],
+    ) -> None:
+        self.model_ref, self.mode, self.eager, self.on_notice = model, mode, eager, on_notice
+        # by beams, threads (its kernels' own count) and build: the compiled CPU step, None: eager
+        self.aot: dict[tuple[int, int, bool], aot.AotStep | None] = {}
+        self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
+        self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
+        self.timing = False  # whether the current batch's eager steps count for ``auto``
+        self.artifacts: dict[tuple[int, int, bool], Path] = {}  # where each compiled step is kept
+
+    @property
+    def model(self) -> Transformer:
+        model = self.model_ref()
+        assert model is not None, "the model of a decode step is gone"
+        return model
+
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+        if self.compiled_now is not None:
+            if rows is not None:
+                cache.reorder(rows)
+            return self.compiled_now(tokens, cache)
+        if not self.timing:
+            return self.eager(tokens, cache, rows)
+        start = time.perf_counter()
+        out = self.eager(tokens, cache, rows)
+        self.eager_seconds += time.perf_counter() - start
+        return out
+
+    def start(self, model: Transformer, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+        """The eager step's cache, and the compiled step this batch runs on, if any: the build
+        for few rows or for many, by the batch's rows."""
+        cache = super().start(model, src, beams, max_len)
+        rows = cache.self_kv.size(2)  # sentences x beams
+        big = rows * max_len >= LOAD_WORK  # worth loading a kept step now
+        self.compiled_now = self.cpu_step(beams, rows > FEW_ROWS, big)
+        self.timing = self.mode == "auto"  # eager time that a build would save
+        if beams > 1:  # eager or compiled, beam search reorders the rows by swapping buffers
+            cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
+        return cache
+
+    def greedy(
+        self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
+    ) -> list[Tensor] | None:
+        """The compiled step with greedy decoding's choice made inside it (``aot.AotStep``):
+        log-probs, then ``greedy.advance``'s token, logprob, steps and alive; None where the
+        step is not compiled for one beam, and the search makes the choice."""
+        if self.compiled_now is None or not self.compiled_now.fuses_greedy:
+            return None
+        return self.compiled_now.greedy(tokens, cache, state)
+
+    def cpu_step(self, beams: int, many: bool = False, big: bool = False) -> aot.AotStep | None:
+        """The compiled CPU step for ``beams`` rows per sentence, the build for few rows or
+        ``many``: kept in memory or on disk (``auto``: for a ``big`` batch, or once eager
+        decoding took ``LOAD_AFTER``), or built now (``on``, or ``auto`` once eager decoding
+        took a build's time); None to run eagerly."""
+        key = (beams, torch.get_num_threads(), many)
+        if key in self.aot:
+            return self.aot[key]
+        if self.mode == "auto" and self.eager_seconds < LOAD_AFTER and not big:
+            return None  # too short a job so far to load even a kept step
+        if not aot.supported(self.model):
+            if self.mode == "on":
+                self.on_notice("the compiled CPU step takes fp32 weights: running it eagerly")
+            self.aot[key] = None
+            return None
+        after = aot.build_seconds(self.model, beams, many) or BUILD_AFTER
+        build = self.mode == "on" or self.eager_seconds >= after
+        if build and aot.cxx_compiler() is None:
+            self.on_notice("no C++ compiler found (g++ or $CXX): the decode step runs eagerly")
+            self.aot[key] = None
+            return None
+        try:
+            path = self.artifacts.setdefault(key, aot.artifact(self.model, beams, many))
+            step, seconds = aot.load(path, self.model, self.eager, beams, build, many)
+        except Exception as e:  # export or Inductor errors: the eager step still works
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
+            self.aot[key] = None
+            return None
+        if seconds:
+            rows = "many" if many else "few"
+            line = f"compiled the decode step (beams {beams}, {rows} rows) in {seconds:.1f} s"
+            self.on_notice(line)
+        if step is not None:  # else: not kept yet and not worth building yet
+            self.aot[key] = step
+        return step

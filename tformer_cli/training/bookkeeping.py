@@ -1,0 +1,442 @@
+"""What surrounds the training loop of ``trainer.Trainer``, off the reading path: a run's set-up
+(settings, device, data, model, optimizer, resume), its log (``log.jsonl``, TensorBoard), the
+validation every ``--valid-every`` updates (loss, perplexity, greedy BLEU) that keeps the best
+weights in ``model.pt``, ``last.pt`` (``state.py``), the stopping rules, and the end of a run
+(the average of the last checkpoints, the test split's BLEU).
+
+An update whose loss or gradient is not finite is skipped, so no NaN ever reaches the weights;
+``MAX_NONFINITE`` of them in a row stop the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from rich.console import Console
+from torch.nn.parallel import DistributedDataParallel
+
+from tformer_cli.checkpoint import (
+    RunConfig,
+    atomic_torch_save,
+    average_state_dicts,
+    checkpoint_paths,
+    load_state,
+    load_weights,
+    save_checkpoint,
+)
+from tformer_cli.config import DecodeConfig, ModelConfig, TrainConfig
+from tformer_cli.data.batching import Batch, make_batch, padding_waste, plan_batches
+from tformer_cli.data.split import lengths
+from tformer_cli.data.tokenizer import decode
+from tformer_cli.decode.translate import translate_ids
+from tformer_cli.device import autocast, precision_name, resolve_precision, setup_threads
+from tformer_cli.errors import TformerError
+from tformer_cli.model import Transformer
+from tformer_cli.report.evaluation import bleu, teacher_forced
+from tformer_cli.report.runs import lock_run
+from tformer_cli.training.distributed import agree, leave_world
+from tformer_cli.training.schedule import make_optimizer
+from tformer_cli.training.scheduled_sampling import (
+    check_schedule,
+    sampled_inputs,
+    teacher_forcing_prob,
+)
+from tformer_cli.training.setup import (
+    RESUME_OVERRIDES,
+    check_max_len,
+    load_data,
+    placed,
+    resumed_configs,
+    tensorboard_writer,
+)
+from tformer_cli.training.state import (
+    KillPoints,
+    TokenRate,
+    TrainResult,
+    TrainState,
+    ended_with_test,
+    forget_after,
+    load_last,
+    peak_memory_mib,
+    save_last,
+)
+
+LOG_EVERY = 25  # steps between log.jsonl lines
+MAX_NONFINITE = 5  # updates in a row with a non-finite loss or gradient that stop the run
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+
+
+class TrainerBase:
+    """A run folder being trained: everything ``trainer.Trainer`` does besides the loop
+    (``run``) and the update (``_step``)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        model_cfg: ModelConfig,
+        cfg: TrainConfig,
+        *,
+        resume: bool,
+        console: Console,
+        tensorboard: Path | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        setup_threads()
+        torch.manual_seed(cfg.seed)
+        if resume:  # the run's own settings, the stopping rules, save interval and device of cfg
+            overrides = {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
+            model_cfg, cfg = resumed_configs(run_dir, overrides)
+        check_max_len(model_cfg, cfg)
+        self.cfg = cfg
+        self.world, self.device = placed(cfg.device)
+        self.console = console if self.world.main else Console(quiet=True)
+        # --tensorboard: every rank checks for the package (a one-line error), rank 0 writes
+        make_board = tensorboard_writer(tensorboard) if tensorboard is not None else None
+        self.board = make_board() if make_board is not None and self.world.main else None
+        self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
+        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
+        # the targets' tokenizer: an imported model's target side's, else the tokenizer
+        self.tokenizer, self.tgt_tokenizer, self.data = load_data(
+            run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
+        )
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
+        self.model = Transformer(model_cfg).to(self.device)
+        if cfg.init_from is not None and not resume:  # fine-tuning: new optimizer and schedule
+            load_weights(self.model, Path(cfg.init_from))
+            self.console.log(f"weights from {cfg.init_from}/model.pt")
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.state = TrainState()
+        # scheduled sampling's own random numbers, drawn on the device the batches live on
+        self.ss_generator = torch.Generator(self.device)
+        self.on_event = KillPoints.from_env()  # called at "update" and "save"
+        if resume and (run_dir / "last.pt").exists():
+            self._load_last()
+        # a finished run resumed with no later stopping rule: nothing to do, nothing rewritten
+        self.done = resume and self._stop_reason() is not None and ended_with_test(run_dir)
+        if self.world.main:
+            self._take_run(model_cfg, resume)
+        ids = [self.device.index] if self.device.index is not None else None
+        ddp = self.world.size > 1
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids) if ddp else None
+        self.last_save = time.perf_counter()
+        train = self.data["train"]
+        self.tgt_lengths = lengths(train.tgt)  # (n,) int32: target tokens, for the loss scale
+        self.lengths = np.maximum(lengths(train.src), self.tgt_lengths) + 1  # (n,) with </s>
+        self.batches: tuple[int, list[np.ndarray]] = (-1, [])  # (epoch, its batches)
+        self.rate = TokenRate()
+        self.bar: Callable[..., None] = lambda **_: None  # the progress bar's update, in run()
+
+    def _take_run(self, model_cfg: ModelConfig, resume: bool) -> None:
+        """Rank 0 makes the run its own: the lock, config.json, and on resume nothing past the
+        step it resumes from."""
+        self.run_lock = lock_run(self.run_dir)  # `tformer runs`: running while this process lives
+        if resume and not (self.run_dir / "last.pt").exists():  # said once the run is ours
+            self.console.log(f"{self.run_dir} has no last.pt (stopped before its first save):"
+                             " starting from step 0 with its saved settings")  # fmt: skip
+        if not self.done:
+            RunConfig(model_cfg, self.cfg).save(self.run_dir)
+        if resume and not self.done:
+            forget_after(self.run_dir, self.state.step)
+
+    def close(self) -> None:
+        """Leave the process group (DDP): the DDP wrapper goes first, so that no gradient
+        bucket of its own outlives the group it talks through."""
+        self.ddp = None
+        gc.collect()
+        leave_world(self.world)
+
+    # ----------------------------------------------------------------- last.pt
+    def _save_last(self) -> None:
+        """Write ``last.pt`` (rank 0): weights, optimizer and progress."""
+        if not self.world.main:
+            return
+        save_last(self.run_dir, self.model, self.optimizer, self.state, self.device, self.on_event)
+        self.last_save = time.perf_counter()
+
+    def _load_last(self) -> None:
+        self.state, saved_on = load_last(self.run_dir, self.model, self.optimizer)
+        self._say(self.state.budget.rebudget(self.state.step, self.state.elapsed, self.cfg))
+        saved_on = saved_on or self.device.type
+        if saved_on != self.device.type:  # other kernels, other random number generators
+            self.console.log(f"note: saved on {saved_on}, resumed on {self.device.type}: training"
+                             " continues, but not bit for bit")  # fmt: skip
+        self.console.log(
+            f"resumed {self.run_dir} at step {self.state.step}, epoch {self.state.epoch + 1}"
+        )
+
+    def _say(self, text: str | None) -> None:
+        if text is not None:
+            self.console.log(text)
+
+    # ----------------------------------------------------------------- an update's data and count
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This epoch's batches: a function of (seed, epoch) alone, so resuming replays them."""
+        if self.batches[0] != epoch:
+            order = random.Random(self.cfg.seed * 1000 + epoch)
+            self.batches = (epoch, plan_batches(self.lengths, self.cfg.max_tokens, order))
+        return self.batches[1]
+
+    def _batch(self, idx: np.ndarray) -> Batch:
+        """The pairs at ``idx``, read from the training split (memory-mapped), padded."""
+        train = self.data["train"]
+        return make_batch([train.src[i] for i in idx], [train.tgt[i] for i in idx]).to(self.device)
+
+    def lr(self, step: int) -> float:
+        """The learning rate of update ``step`` (``Budget.lr``)."""
+        return self.state.budget.lr(step, self.cfg)
+
+    def eps(self, i: int) -> float:
+        """Teacher-forcing probability eps_i of scheduled sampling at update i (from 0)."""
+        c = self.cfg
+        return teacher_forcing_prob(i, c.scheduled_sampling, c.ss_k, c.ss_min, c.ss_warmup)
+
+    def _decoder_input(self, b: Batch) -> torch.Tensor:
+        """Gold ``<s> y`` (teacher forcing), or scheduled sampling's pass-2 input (B, T)."""
+        c, step = self.cfg, self.state.step
+        if c.scheduled_sampling == "off" or step < c.ss_warmup:
+            return b.tgt_in
+        return sampled_inputs(
+            self.model, b, self.eps(step), c.ss_mix, c.ss_tau, self.ss_generator, self.dtype
+        )
+
+    def _after_update(self, loss: torch.Tensor, n_tokens: int, made: bool) -> None:
+        """Count the update; then validate or save (``_validate_or_save``) unless it was skipped
+        for a non-finite loss or gradient."""
+        if not made:
+            self._skip_update()
+            return
+        self._count_update(loss, n_tokens)
+        self._validate_or_save()
+
+    def _count_update(self, loss: torch.Tensor, n_tokens: int) -> None:
+        """Count an update made, and log its loss, learning rate and token rate every
+        ``LOG_EVERY`` updates."""
+        s = self.state
+        self.on_event("update")  # nothing saved since this update
+        s.skipped_in_a_row = 0
+        s.tgt_tokens += n_tokens
+        self.rate.add(n_tokens)
+        if s.step % LOG_EVERY == 0:
+            tps = self.rate.take()
+            if self.world.size > 1:  # each rank holds its share of the mean
+                dist.all_reduce(loss)
+            lr, mean_loss = self.lr(s.step), loss.item()
+            self.bar(info=f"loss {mean_loss:.3f}  lr {lr:.2e}  {tps:,.0f} tok/s")
+            record = {"loss": mean_loss, "lr": lr, "tgt_tokens_per_s": tps}
+            if self.cfg.scheduled_sampling != "off":  # of the update just made
+                record["eps"] = self.eps(s.step - 1)
+            self._log(record)
+        self.bar(completed=s.step)
+
+    def _skip_update(self) -> None:
+        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
+        the run, with last.pt as it was (no NaN weight is ever saved)."""
+        s = self.state
+        s.skipped += 1
+        s.skipped_in_a_row += 1
+        self._log({"skipped_update": "non-finite loss or gradient", "skipped": s.skipped})
+        if s.skipped_in_a_row >= MAX_NONFINITE:
+            kept = "last.pt keeps its last save" if (self.run_dir / "last.pt").exists() else (
+                "nothing was saved yet")  # fmt: skip
+            raise TformerError(
+                f"{MAX_NONFINITE} updates in a row had a non-finite loss or gradient after step"
+                f" {s.step} (none was applied; {kept}): try a lower --lr or --precision fp32"
+            )
+
+    # ----------------------------------------------------------------- validation
+    def greedy_bleu(self, split: str, limit: int | None = None) -> float:
+        data = self.data[split]
+        n = len(data.src) if limit is None else min(limit, len(data.src))
+        self.model.eval()
+        with autocast(self.device, self.dtype):
+            results = translate_ids(self.model, data.src[:n], DecodeConfig())
+        hyps = decode(self.tgt_tokenizer, [r.hypotheses[0].tokens for r in results])
+        return bleu(hyps, data.refs[:n])
+
+    def validate(self) -> dict[str, float]:
+        self.model.eval()
+        valid = self.data["valid"]
+        tf = teacher_forced(self.model, valid.src, valid.tgt, self.cfg.max_tokens, self.dtype)
+        score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
+        s = self.state
+        if score > s.best_bleu:
+            s.best_bleu, s.best_step, s.stale_validations = score, s.step, 0
+            atomic_torch_save(self.run_dir / "model.pt", self.model.state_dict())
+        else:
+            s.stale_validations += 1
+        if self.cfg.average:
+            save_checkpoint(self.run_dir, s.step, self.model.state_dict(), self.cfg.average)
+        return {"valid_loss": tf.xent, "valid_ppl": tf.ppl, "valid_acc": tf.accuracy,
+                "valid_bleu": score}  # fmt: skip
+
+    def _validate_or_save(self) -> None:
+        """Validate every --valid-every updates (rank 0), else save last.pt when --save-every
+        minutes have passed; the time counts as training time, not in the token rate."""
+        cfg, s = self.cfg, self.state
+        t0, counted = time.perf_counter(), s.elapsed
+        if s.step % cfg.valid_every == 0 and self.world.main:
+            self._validate_and_report()
+        elif cfg.save_every and t0 - self.last_save >= cfg.save_every * 60:
+            self._save_last()
+        s.elapsed = counted + time.perf_counter() - t0  # what it counted too
+        self.rate.pause(time.perf_counter() - t0)
+
+    def _validate_and_report(self) -> None:
+        """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
+        validation's seconds counted (training time, and validation time for the budget)."""
+        start, s = time.perf_counter(), self.state
+        m = self.validate()
+        self._log(m)  # its elapsed: the time of the weights it scored
+        self.console.log(
+            f"step {s.step}: valid loss {m['valid_loss']:.3f}  ppl {m['valid_ppl']:.2f}"
+            f"  BLEU {m['valid_bleu']:.2f}  (best {s.best_bleu:.2f} at step {s.best_step})"
+        )
+        spent = time.perf_counter() - start
+        s.elapsed += spent
+        s.budget.valid_seconds += spent
+        self._save_last()
+
+    def _keep_average(self) -> None:
+        """Average the last ``average`` validation checkpoints and score the mean on the
+        validation set; it becomes model.pt only if its BLEU is at least the best checkpoint's."""
+        s, paths = self.state, checkpoint_paths(self.run_dir)[-self.cfg.average :]
+        if len(paths) < 2:
+            self.console.log(f"not averaging: {len(paths)} validation checkpoint(s)")
+            return
+        averaged = average_state_dicts(load_state(p) for p in paths)
+        self.model.load_state_dict(averaged)
+        score = self.greedy_bleu("valid", self.cfg.valid_bleu_size)
+        kept = score >= s.best_bleu
+        if kept:
+            atomic_torch_save(self.run_dir / "model.pt", averaged)
+        names = [p.stem for p in paths]
+        self._log(
+            {"averaged": names, "average_bleu": score, "best_bleu": s.best_bleu,
+             "best_step": s.best_step, "kept": "average" if kept else "best"}
+        )  # fmt: skip
+        self.console.log(
+            f"average of {len(paths)} checkpoints ({names[0]} to {names[-1]}): valid BLEU"
+            f" {score:.2f}, best single {s.best_bleu:.2f} at step {s.best_step};"
+            f" model.pt is {'the average' if kept else f'step {s.best_step}'}"
+        )
+
+    # ----------------------------------------------------------------- log and stopping
+    def _log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to log.jsonl (rank 0) with the step and the epoch (1-based) it
+        belongs to and the seconds of training so far (a validation's: up to its start), and
+        its numbers to TensorBoard with --tensorboard."""
+        if not self.world.main:
+            return
+        s = self.state
+        epoch = s.epoch if s.batch_in_epoch == 0 and s.step else s.epoch + 1  # one just ended?
+        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": s.step, "epoch": epoch, "elapsed": s.elapsed, **record}))
+            f.write("\n")
+        if self.board is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.board.add_scalar(key, value, s.step)
+
+    def _agree_stop(self, interrupted: list[bool]) -> str | None:
+        """Whether to stop after this update, decided once for every rank: rank 0's stopping
+        rules (its clock, its validations) or a Ctrl-C on any rank."""
+        w = self.world
+        reason = INTERRUPTED if interrupted[0] else None
+        if w.main:
+            reason = reason or self._stop_reason()
+        if w.size > 1 and agree(w, [reason is not None], self.device)[0] and reason is None:
+            interrupted[0] = w.main  # only a Ctrl-C elsewhere stops rank 0 without a reason
+            reason = INTERRUPTED if w.main else "stopped with rank 0"
+        return reason
+
+    def _stop_reason(self) -> str | None:
+        cfg, s = self.cfg, self.state
+        if cfg.max_steps and s.step >= cfg.max_steps:
+            return f"reached --max-steps {cfg.max_steps}"
+        if cfg.max_epochs and s.epoch >= cfg.max_epochs:
+            return f"reached --epochs {cfg.max_epochs}"
+        if cfg.max_minutes and s.elapsed >= cfg.max_minutes * 60:
+            return f"reached --max-minutes {cfg.max_minutes:g}"
+        if cfg.patience and s.stale_validations >= cfg.patience:
+            return f"early stop: no better validation BLEU in {cfg.patience} validations"
+        return None
+
+    # ----------------------------------------------------------------- the start and the end
+    def _updates(self) -> int | None:
+        """The updates the progress bar counts to: --max-steps, or --epochs of them."""
+        cfg = self.cfg
+        if cfg.max_steps:
+            return cfg.max_steps
+        first = self._epoch_batches(self.state.epoch)
+        return cfg.max_epochs * len(first) // cfg.accum if cfg.max_epochs else None
+
+    def _say_what_trains(self) -> None:
+        """The model, the device, the precision and the batches, in one line."""
+        n_params = sum(p.numel() for p in self.model.parameters())
+        first = self._epoch_batches(self.state.epoch)
+        longest = int(self.lengths.max())  # a pair over --max-tokens gets a batch of its own
+        limit = self.cfg.max_tokens
+        size = f"<= {limit}" if longest <= limit else f"<= {longest} (one pair)"
+        self.console.log(
+            f"model {n_params / 1e6:.2f}M parameters on {self.device.type}"
+            f"{f' x {self.world.size} processes (DDP)' if self.world.size > 1 else ''}"
+            f" ({precision_name(self.device, self.dtype)});"
+            f" {len(self.lengths)} training pairs,"
+            f" {len(first)} batches/epoch of {size} tokens"
+            f" ({padding_waste(first, self.lengths):.0%} padding)"
+        )
+
+    def _already_finished(self) -> TrainResult:
+        """A finished run resumed with no later stopping rule: say so, change nothing."""
+        s = self.state
+        reason = self._stop_reason() or ""
+        limit = next((o for o in ("--max-steps", "--epochs") if o in reason), None)
+        later = (
+            f"a later {limit} (0: no limit)" if limit else
+            "a later --max-minutes" if "--max-minutes" in reason else
+            "a larger --patience (0: no early stopping)"
+        )  # fmt: skip
+        self.console.log(
+            f"{self.run_dir} already finished at update {s.step} ({reason}, which still"
+            f" applies): nothing to do; {later} trains on"
+        )
+        return TrainResult(self.run_dir, s, None, reason)
+
+    def _finish(self, stopped_by: str, interrupted: bool) -> TrainResult:
+        """Rank 0: score the final weights (or save them), log the stop, keep the average of
+        the last checkpoints where it is better, and score model.pt on the test split."""
+        cfg, s = self.cfg, self.state
+        if not self.world.main:  # rank 0 alone validates, saves and reports
+            return TrainResult(self.run_dir, s, None, stopped_by, interrupted)
+        if s.step % cfg.valid_every and not interrupted:
+            self._validate_and_report()  # score the final weights too: the best is really the best
+        else:
+            self._save_last()
+        best = (
+            f"best valid BLEU {s.best_bleu:.2f} at step {s.best_step}"
+            if s.best_step
+            else "no validation yet"
+        )
+        peak = peak_memory_mib(self.device)
+        self._log({"stopped_by": stopped_by, "peak_memory_mib": peak})
+        self.console.log(f"stopped: {stopped_by}; {best}; peak memory {peak:,.0f} MiB")
+        if cfg.average and not interrupted:
+            self._keep_average()
+        test_bleu = None
+        if not interrupted and (self.run_dir / "model.pt").exists():
+            self.model.load_state_dict(load_state(self.run_dir / "model.pt"))
+            test_bleu = self.greedy_bleu("test")
+            self._log({"test_bleu": test_bleu})
+        if self.board is not None:
+            self.board.close()
+        return TrainResult(self.run_dir, s, test_bleu, stopped_by, interrupted)
