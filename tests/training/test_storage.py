@@ -16,7 +16,7 @@ import torch
 from tests.training.test_trainer import run
 from tformer_cli.checkpoint import load_state
 from tformer_cli.errors import TformerError
-from tformer_cli.training import trainer as trainer_module
+from tformer_cli.training import bookkeeping
 
 pytestmark = pytest.mark.skipif(
     not hasattr(resource, "RLIMIT_FSIZE"), reason="no file-size limit on this platform"
@@ -39,7 +39,7 @@ def test_a_full_disk_at_the_second_last_pt_stops_in_one_line_and_resumes_to_the_
     tmp_path: Path, tiny_corpus: Path, single_thread_trainer: None, monkeypatch
 ):
     straight, _ = run(tmp_path / "straight", tiny_corpus, max_steps=16, valid_every=8)
-    save_last, saves = trainer_module.save_last, []
+    save_last, saves = bookkeeping.save_last, []
 
     def second_fails(run_dir: Path, *args) -> None:  # the disk fills before the second save
         saves.append(run_dir)
@@ -48,7 +48,7 @@ def test_a_full_disk_at_the_second_last_pt_stops_in_one_line_and_resumes_to_the_
         with file_size_limit(4096):
             return save_last(run_dir, *args)
 
-    monkeypatch.setattr(trainer_module, "save_last", second_fails)
+    monkeypatch.setattr(bookkeeping, "save_last", second_fails)
     run_dir = tmp_path / "full"
     with pytest.raises(TformerError) as failed:
         run(run_dir, tiny_corpus, max_steps=16, valid_every=8, save_every=0.0)
@@ -60,7 +60,7 @@ def test_a_full_disk_at_the_second_last_pt_stops_in_one_line_and_resumes_to_the_
     assert 0 < first["state"]["step"] < 16
     load_state(run_dir / "model.pt")  # the best weights so far, whole
 
-    monkeypatch.setattr(trainer_module, "save_last", save_last)
+    monkeypatch.setattr(bookkeeping, "save_last", save_last)
     resumed, result = run(run_dir, tiny_corpus, resume=True, max_steps=16, valid_every=8)
     assert result.state.step == 16
     a, b = straight.model.state_dict(), resumed.model.state_dict()
