@@ -24,7 +24,8 @@ PAGE = REPO / "docs" / "cli.md"
 HEADING = "## Options\n"
 ORDER = [
     "train", "average", "translate", "inspect-attention", "eval", "runs", "show", "compare",
-    "serve", "export", "import", "tokenizer train",
+    "serve", "export", "import", "tokenizer train", "learn start", "learn solutions",
+    "learn check",
 ]  # fmt: skip
 
 

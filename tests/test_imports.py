@@ -1,6 +1,6 @@
 """The package's imports point one way, down the order data flows:
 
-    cli -> api -> training -> report -> interop -> decode -> checkpoint -> (model | data)
+    cli -> api -> learn -> training -> report -> interop -> decode -> checkpoint -> (model | data)
         -> config/device/files
         -> errors/console/__init__
 
@@ -27,6 +27,7 @@ PACKAGE = "tformer_cli"
 LAYERS: list[tuple[str, ...]] = [
     ("cli", "__main__", "serve"),
     ("api",),
+    ("learn",),  # the exercises check functions of every layer below
     ("training",),
     ("report",),
     ("interop",),  # the CTranslate2 engine returns decode's translations

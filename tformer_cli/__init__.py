@@ -1,9 +1,9 @@
 """tformer: a small, fast, readable Transformer toolkit for neural machine translation.
 
 ``import tformer_cli as tformer``, then ``tformer.load``, ``tformer.train``, ``tformer.runs``,
-``tformer.compare`` (docs/python.md). The API loads on first use: importing the package imports
-neither torch nor anything else, and changes no process-wide setting; ``tformer.setup()``
-applies the ones the command line runs with.
+``tformer.compare`` (docs/python.md), ``tformer.learn`` (docs/learn.md). The API loads on first
+use: importing the package imports neither torch nor anything else, and changes no process-wide
+setting; ``tformer.setup()`` applies the ones the command line runs with.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ if TYPE_CHECKING:
 
 PUBLIC = {
     "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TraceView", "Translation",
-    "compare", "load", "runs", "train",
+    "compare", "learn", "load", "runs", "train",
 }  # fmt: skip
 
 __all__ = [
     "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TformerError", "TraceView",
-    "Translation", "__version__", "compare", "load", "runs", "setup", "train",
+    "Translation", "__version__", "compare", "learn", "load", "runs", "setup", "train",
 ]  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from tests.decode.test_search import CFG, as_src, never_eos, teacher_forced_logp
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID
 from tformer_cli.decode import reference
-from tformer_cli.decode.search import beam_search
+from tformer_cli.decode.search import beam_search, greedy_search
 
 
 def test_reference_greedy_logprob_is_the_teacher_forced_sum(trained_model):
@@ -65,3 +65,16 @@ def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model, im
     assert len(found) == 15
     assert sorted((h.tokens, h.finished) for h in found) == sorted((r[1], r[2]) for r in expected)
     assert [h.score for h in found] == pytest.approx([r[0] for r in expected], abs=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [CFG, DecodeConfig(min_len=3, max_len_a=0.5, max_len_b=4)])
+def test_cached_greedy_equals_the_batched_search(trained_model, cfg):
+    """The one-sentence greedy with the KV cache against the batched, cached search: the same
+    tokens, ends and log-probabilities; sentences finish at different steps."""
+    sources = random_sources(8, seed=5)
+    hyps = greedy_search(trained_model, as_src(sources), cfg)
+    assert len({(len(h.tokens), h.finished) for h in hyps}) >= 3
+    for s, h in zip(sources, hyps, strict=True):
+        ours = reference.greedy_search_cached(trained_model, s, cfg)
+        assert (ours.tokens, ours.finished) == (h.tokens, h.finished)
+        assert ours.logprob == pytest.approx(h.logprob, abs=1e-4) and ours.score == ours.logprob

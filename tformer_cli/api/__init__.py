@@ -1,6 +1,6 @@
 """The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md), and
-the modules that the command line and the server call (``decoding``, ``reports``, ``serving``,
-``training``).
+the modules that the command line and the server call (``decoding``, ``learn``, ``reports``,
+``serving``, ``training``).
 
 The names load on first use (PEP 562), so a face may import a light module of the package
 (``api.decoding``) without loading torch and every model.
@@ -44,6 +44,7 @@ __all__ = [
     "TraceView",
     "Translation",
     "compare",
+    "learn",
     "load",
     "runs",
     "train",
@@ -51,7 +52,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public API's names, imported on first use (PEP 562)."""
+    """The public API's names, imported on first use (PEP 562); ``learn`` is a module of them."""
     if name in HOMES:
         return getattr(importlib.import_module(f"tformer_cli.api.{HOMES[name]}"), name)
+    if name == "learn":
+        return importlib.import_module("tformer_cli.api.learn")
     raise AttributeError(f"module 'tformer_cli.api' has no attribute {name!r}")

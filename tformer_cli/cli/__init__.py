@@ -11,10 +11,12 @@ import sys
 
 import typer
 
-from tformer_cli.cli import decode, evaluate, tools, train
+from tformer_cli.cli import decode, evaluate, learn, tools, train
 from tformer_cli.cli.app import PROCESS, app, err, out, own_precision, tokenizer_app
 
-__all__ = ["app", "decode", "err", "evaluate", "main", "out", "own_precision", "tools", "train"]
+__all__ = [
+    "app", "decode", "err", "evaluate", "learn", "main", "out", "own_precision", "tools", "train",
+]  # fmt: skip
 
 
 def reflow_help(*apps: typer.Typer) -> None:
@@ -26,7 +28,7 @@ def reflow_help(*apps: typer.Typer) -> None:
             info.help = "\n\n".join(" ".join(p.split("\n")) for p in doc.split("\n\n"))
 
 
-reflow_help(app, tokenizer_app)
+reflow_help(app, tokenizer_app, learn.learn_app)
 
 
 def main() -> None:

@@ -58,6 +58,7 @@ CHOICES = {
     "rdzv_endpoint": "HOST:PORT",
     "host": "HOST",
     "quantization": "TYPE",
+    "only": "NAME",
 }
 RUNS = {"model", "resume", "init_from"}
 FOLDERS = {"runs_dir", "tensorboard", "folder"}
@@ -131,7 +132,7 @@ def lay_out(command: str, params: list[Any]) -> None:
 # The commands in the order of a run's life, as `tformer -h` and docs/cli.md list them.
 ORDER = (
     "train", "average", "translate", "inspect-attention", "eval", "runs", "show", "compare",
-    "serve", "export", "import", "tokenizer",
+    "serve", "export", "import", "tokenizer", "learn",
 )  # fmt: skip
 
 
@@ -172,6 +173,9 @@ EXAMPLES = {
         "tformer tokenizer train -o tok.json --vocab-size 1000",
         "tformer tokenizer train -o tok.json --data toy --tokenizer unigram",
     ),
+    "learn start": ("tformer learn start ex", "tformer learn start ~/transformer-exercises"),
+    "learn solutions": ("tformer learn solutions ex", "tformer learn check ex/solutions.py"),
+    "learn check": ("tformer learn check ex", "tformer learn check ex --only attention"),
 }
 
 

@@ -118,3 +118,27 @@ def beam_search(model: Transformer, source: list[int], cfg: DecodeConfig) -> lis
         ):
             break
     return finished[: cfg.nbest]
+
+
+@torch.inference_mode()
+def greedy_search_cached(model: Transformer, source: list[int], cfg: DecodeConfig) -> Hypothesis:
+    """``greedy_search`` with the KV cache: the source is encoded once, and each step feeds the
+    decoder only its newest token, whose keys and values the cache keeps for the steps after
+    (``Transformer.decode`` writes them at slot ``cache.pos``, then advances it). The batched
+    ``search.greedy_search`` computes the same for many sentences at once."""
+    src, limit = as_source(model, source, cfg)
+    memory, src_mask = model.encode(src)  # (1, S, d), (1, 1, 1, S): once
+    cache = model.init_cache(memory, src_mask, limit)  # a slot for each token fed
+    tokens: list[int] = []
+    logprob, last = 0.0, BOS_ID
+    for _ in range(limit):
+        y = torch.tensor([[last]], device=src.device)  # (1, 1): the newest token only
+        logp = next_logprobs(model.decode(y, None, None, cache)[:, -1])[0]  # (V,)
+        if len(tokens) < cfg.min_len:
+            logp[EOS_ID] = float("-inf")
+        last = int(logp.argmax())
+        logprob += float(logp[last])
+        if last == EOS_ID:
+            return Hypothesis(tokens, logprob, logprob, finished=True)
+        tokens.append(last)
+    return Hypothesis(tokens, logprob, logprob, finished=False)

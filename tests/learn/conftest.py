@@ -1,0 +1,25 @@
+"""Shared by the tests of tformer learn: the solutions file, written and loaded once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tformer_cli.learn import solutions
+from tformer_cli.learn.checker import load
+
+
+@pytest.fixture(scope="session")
+def solutions_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return solutions(tmp_path_factory.mktemp("learn"))
+
+
+@pytest.fixture
+def learner(solutions_file: Path) -> dict[str, Any]:
+    """A learner's module that has written every exercise as tformer does (a fresh copy of
+    solutions.py, loaded), to break one piece of at a time."""
+    torch.set_num_threads(1)
+    return load(solutions_file)

@@ -1,0 +1,14 @@
+"""``tformer.learn``: exercises that build a Transformer from the paper's equations, each checked
+against the tformer function it writes again (docs/learn.md), and the work of ``tformer learn``.
+
+    tformer.learn.start("ex")                 # ex/exercises.py: a stub per exercise
+    tformer.learn.check(attention)            # one function: a Result (a notebook shows it)
+    tformer.learn.check("ex")                 # every exercise of a file or folder: a Report
+    tformer.learn.solutions("ex")             # ex/solutions.py: tformer's own functions
+"""
+
+from __future__ import annotations
+
+from tformer_cli.learn import EXERCISES, MISTAKES, Report, Result, check, solutions, start
+
+__all__ = ["EXERCISES", "MISTAKES", "Report", "Result", "check", "solutions", "start"]
