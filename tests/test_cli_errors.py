@@ -45,6 +45,8 @@ EXEMPT = {
     "name": "a run name, free or taken in the runs folder",
     "host": "an address this machine can listen on, or not",
     "rdzv_endpoint": "torchrun's HOST[:PORT], reachable or not",
+    "only": "an exercise's name, read from the catalogue when the command runs (a usage error"
+    " too: tests/learn)",
 }
 
 

@@ -67,7 +67,6 @@ def test_a_failure_prints_its_details_and_exits_1(tmp_path):
     ("args", "message"),
     [
         (["check", "nowhere"], "no such file or folder: nowhere"),
-        (["check", ".", "--only", "nope"], "no exercise 'nope'"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, args, message):
@@ -76,3 +75,10 @@ def test_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, args, message):
     assert result.exit_code == 1 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0]
+
+
+def test_an_unknown_exercise_is_a_usage_error_naming_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", ".", "--only", "nope")
+    assert result.exit_code == 2
+    assert "Invalid value for '--only'" in result.stderr and "'nope'" in result.stderr

@@ -56,8 +56,13 @@ def check_command(
     """Run each function of PATH beside tformer's own, on random, edge-case and masked inputs,
     and print a row per exercise: passed, not written yet, or failed with its first mismatch
     and a hint. Exits 1 until every exercise checked passes."""
-    from tformer_cli.api.learn import check
+    from tformer_cli.api.learn import EXERCISES, check
 
+    names = [e.name for e in EXERCISES]  # the catalogue loads torch: read here, not at import
+    if only is not None and only not in names:
+        raise typer.BadParameter(
+            f"{only!r} is not one of {', '.join(names)}", param_hint="'--only'"
+        )
     report = check(path, only)
     out.print(report)
     if not report.passed:
