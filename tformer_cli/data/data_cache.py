@@ -35,8 +35,15 @@ from tformer_cli import __version__
 from tformer_cli.data.corpus import SPLITS, corpus_fingerprint, training_text
 from tformer_cli.data.split import ArrowColumn, MappedFile, Split
 from tformer_cli.data.text import read_batches
-from tformer_cli.data.tokenizer import encode, load_tokenizer, pipeline_signature, train_tokenizer
+from tformer_cli.data.tokenizer import (
+    encode,
+    load_tokenizer,
+    pipeline_signature,
+    train_tokenizer,
+    write_tokenizer,
+)
 from tformer_cli.errors import TformerError
+from tformer_cli.files import give_usual_mode, storage_fault, write_error
 
 CACHE_DIR = ".cache"  # under the runs folder
 FORMAT = 1  # bump when an entry's layout changes
@@ -78,7 +85,7 @@ class DataCache:
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
         tok = train_tokenizer(training_text(self.corpus["train"], sample), vocab_size, kind)
-        _write_entry(entry, lambda tmp: tok.save(str(tmp / TOKENIZER)))
+        _write_entry(entry, lambda tmp: write_tokenizer(tok, tmp / TOKENIZER))
         return entry / TOKENIZER, False
 
     def encoded(
@@ -139,22 +146,23 @@ def read_split(path: Path) -> Split:
 
 
 def _write_entry(entry: Path, write: Callable[[Path], None]) -> None:
-    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``."""
+    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``:
+    a failed write (a full disk: one line naming the entry) leaves no entry, and the folder of
+    a killed one is never taken for it (only ``entry`` itself is read)."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     except OSError as e:
-        raise TformerError(
-            f"cannot write the data cache {entry.parent}: {e.strerror or e}"
-        ) from None
+        raise write_error(entry.parent, e) from None
     try:
         write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the usual permissions
+        give_usual_mode(tmp)  # mkdtemp makes 0700
         os.replace(tmp, entry)
-    except OSError as e:
+    except Exception as e:
+        fault = storage_fault(e)
+        if fault is None:
+            raise
         if not entry.is_dir():  # else a concurrent run wrote the same entry first: use theirs
-            raise TformerError(f"cannot write {entry}: {e.strerror or e}") from None
+            raise write_error(entry, fault) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

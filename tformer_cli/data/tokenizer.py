@@ -86,9 +86,15 @@ def pipeline_signature() -> str:
     return _with_pipeline(Tokenizer(models.WordLevel(unk_token=SPECIAL_TOKENS[UNK_ID]))).to_str()
 
 
+def write_tokenizer(tok: Tokenizer, path: Path) -> None:
+    """Write `tok` as JSON, the bytes of ``tok.save``, through Python's own file, so that a
+    failed write is an ``OSError`` with its errno (``tok.save`` raises a bare ``Exception``)."""
+    path.write_text(tok.to_str(pretty=True), encoding="utf-8")
+
+
 def save_tokenizer(tok: Tokenizer, path: Path) -> None:
     """Write `tok` as JSON, atomically."""
-    atomic_write(Path(path), lambda tmp: tok.save(str(tmp)))
+    atomic_write(Path(path), lambda tmp: write_tokenizer(tok, tmp))
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
