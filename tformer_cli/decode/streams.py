@@ -133,13 +133,21 @@ def write_translations(
     chunks: Iterable[Sequence[TextTranslation]], out: BinaryIO, style: str
 ) -> int:
     """Write each chunk's lines (``format_translations``) as UTF-8 and flush them, so that a
-    reader downstream gets them at once. Returns the number of inputs translated."""
+    reader downstream gets them at once. Returns the number of inputs translated. A failed
+    write (a full disk) is one line naming ``out``; a reader that left is for the caller."""
     count = 0
-    for results in chunks:
-        lines = format_translations(results, style, start=count)
-        out.write("".join(f"{line}\n" for line in lines).encode("utf-8"))
-        out.flush()
-        count += len(results)
+    try:
+        for results in chunks:
+            lines = format_translations(results, style, start=count)
+            out.write("".join(f"{line}\n" for line in lines).encode("utf-8"))
+            out.flush()
+            count += len(results)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        name = getattr(out, "name", None)
+        where = "to standard output" if name in ("<stdout>", 1) else f"{name}"
+        raise TformerError(f"cannot write {where}: {e.strerror or e}") from e
     return count
 
 

@@ -38,6 +38,7 @@ from torch.export import Dim
 from tformer_cli.compile import cache_root
 from tformer_cli.decode.fast.buckets import Eager
 from tformer_cli.decode.greedy import advance, ban_eos
+from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
@@ -114,7 +115,7 @@ def record_build(model: Transformer, beams: int, seconds: float, many: bool = Fa
     if not isinstance(times, dict):
         times = {}
     times[step_key(model, beams, weights=False, many=many)] = round(seconds, 1)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, TformerError):  # a full disk loses the time, no more
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(times, indent=1), durable=False)
 
