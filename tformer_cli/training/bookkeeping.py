@@ -41,6 +41,7 @@ from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.translate import translate_ids
 from tformer_cli.device import autocast, precision_name, resolve_precision, setup_threads
 from tformer_cli.errors import TformerError
+from tformer_cli.files import write_error
 from tformer_cli.model import Transformer
 from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
@@ -339,9 +340,12 @@ class TrainerBase:
             return
         s = self.state
         epoch = s.epoch if s.batch_in_epoch == 0 and s.step else s.epoch + 1  # one just ended?
-        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": s.step, "epoch": epoch, "elapsed": s.elapsed, **record}))
-            f.write("\n")
+        line = json.dumps({"step": s.step, "epoch": epoch, "elapsed": s.elapsed, **record})
+        try:  # a full disk may tear the line: read_log drops it, --resume cuts it
+            with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            raise write_error(self.run_dir / "log.jsonl", e) from None
         if self.board is not None:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
