@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -63,13 +64,15 @@ STORAGE_FAULTS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EA
 def storage_fault(e: BaseException) -> OSError | None:
     """The ``OSError`` behind ``e``: ``e`` itself, or one it was raised from or while handling
     (a writer such as ``torch.save`` into a file object reports a failed write as its own
-    ``RuntimeError``, with the ``OSError`` as its context)."""
+    ``RuntimeError``, with the ``OSError`` as its context), or the one a Rust writer names in
+    its message (safetensors: ``I/O error: File too large (os error 27)``)."""
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, OSError):
             return seen
         seen = seen.__cause__ or seen.__context__
-    return None
+    rust = re.search(r"\(os error (\d+)\)", str(e))
+    return OSError(int(rust[1]), os.strerror(int(rust[1]))) if rust else None
 
 
 def write_error(path: Path, e: OSError) -> TformerError:

@@ -9,7 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tformer_cli.errors import TformerError
-from tformer_cli.files import give_usual_mode, sync_dir
+from tformer_cli.files import (
+    STORAGE_FAULTS,
+    give_usual_mode,
+    storage_fault,
+    sync_dir,
+    write_error,
+)
 
 
 def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = False) -> Path:
@@ -23,7 +29,7 @@ def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = Fal
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     except OSError as e:
-        raise TformerError(f"cannot write {target}: {e.strerror or e}") from None
+        raise write_error(target, e) from None
     try:
         fill(tmp)
         for path in (tmp, *tmp.rglob("*")):  # mkdtemp makes 0700, safetensors 0600
@@ -32,8 +38,11 @@ def write_folder(target: Path, fill: Callable[[Path], None], replace: bool = Fal
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        fault = storage_fault(e) if isinstance(e, Exception) else None
+        if fault is not None and fault.errno in STORAGE_FAULTS:  # a full disk: name the folder
+            raise write_error(target, fault) from None
         raise
     sync_dir(target.parent)
     return target
