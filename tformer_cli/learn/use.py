@@ -11,6 +11,7 @@ routed through it for the time of the swap only. The other exercises act in chec
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,6 @@ from torch import Tensor, nn
 from tformer_cli.learn.checker import PASSED, Report, check_file, learner_file, load
 from tformer_cli.learn.exercises import EXERCISES
 from tformer_cli.model import attention as attention_module
-from tformer_cli.model import functional
 from tformer_cli.model import transformer as transformer_module
 from tformer_cli.model.attention import MultiHeadAttention
 from tformer_cli.model.layers import Embeddings, FeedForward, Residual
@@ -36,7 +36,7 @@ CALLED: dict[str, tuple[Any, str]] = {
 }
 # The exercises whose functional form a module's forward is routed through.
 ROUTED = ("sinusoidal_positions", "layer_norm", "residual", "feed_forward", "embed")
-ACTING = (*CALLED, *ROUTED)
+ACTING = tuple(e.name for e in EXERCISES if e.name in (*CALLED, *ROUTED))
 """The exercises that act in translation; the others act in checking only."""
 
 
@@ -94,7 +94,11 @@ def swapped(use: Use | None, models: Sequence[nn.Module]) -> Iterator[None]:
         fns = use.functions
         for name, (module, attr) in CALLED.items():
             undo.enter_context(patched(module, attr, fns[name]))
-        undo.enter_context(patched(functional, "layer_norm", fns["layer_norm"]))
+        for fn in fns.values():  # each calls the others' swapped forms (layer_norm: residual)
+            namespace = inspect.unwrap(fn).__globals__
+            for name in ACTING:
+                if name in namespace:
+                    undo.enter_context(patched_name(namespace, name, fns[name]))
         for cls, forward in routed_forwards(fns).items():
             undo.enter_context(patched(cls, "forward", forward))
         for model in models:
@@ -116,6 +120,17 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, saved)
+
+
+@contextlib.contextmanager
+def patched_name(namespace: dict[str, Any], name: str, value: Any) -> Iterator[None]:
+    """``namespace[name]`` (a module's globals) set to ``value`` for the time of the block."""
+    saved = namespace[name]
+    namespace[name] = value
+    try:
+        yield
+    finally:
+        namespace[name] = saved
 
 
 def routed_forwards(fns: dict[str, Callable[..., Any]]) -> dict[type, Callable[..., Tensor]]:
