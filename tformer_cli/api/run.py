@@ -362,14 +362,15 @@ def own_precision(run: Path | None) -> str:
 def load(
     run: PathLike | Sequence[PathLike] | None = None, *, device: str = "auto",
     precision: str | None = None, compile: str = "auto", alpha: float | None = None,
-    use: PathLike | None = None,
+    use: PathLike | dict[str, Any] | None = None,
 ) -> Run:  # fmt: skip
     """A run ready to translate: a folder or a name under ``runs/`` (default: the newest run);
     several runs sharing a tokenizer load as an ensemble. ``precision``: fp32, bf16, auto or
     int8 (CPU); default the (first) run's own, as ``tformer translate``. ``alpha``: the length
     penalty, default the run's ``beam_alpha``. ``use``: a ``tformer learn`` exercises file (or
-    its folder), checked; each exercise it passes replaces tformer's function while the run
-    translates, on the eager step (``compile`` off): ``Run.use.line()`` says which. Changes no
+    its folder, or a notebook's ``globals()``), checked; each exercise it passes replaces
+    tformer's function while the run translates, on the eager step (``compile`` off):
+    ``Run.use.line()`` says which. Changes no
     process-wide setting (see ``tformer_cli.setup``)."""
     many = list(run) if isinstance(run, (list, tuple)) else [run]
     paths = [as_path(r, "run") for r in many]
@@ -381,6 +382,8 @@ def load(
         raise SettingError("alpha", alpha, rule)
     models = [choose_run(p) for p in paths or [None]]
     precision = precision or own_precision(models[0])
-    learner = None if use is None else prepare(as_path(use, "use"))  # type: ignore[arg-type]
+    learner = None
+    if isinstance(use, dict) or (use := as_path(use, "use")) is not None:
+        learner = prepare(use)
     loaded = load_runs(models, device, precision, "off" if learner else compile)
     return Run(loaded, alpha, learner)

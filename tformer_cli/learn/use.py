@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tformer_cli.learn.checker import PASSED, Report, check_file, learner_file, load
+from tformer_cli.learn.checker import PASSED, Report, check_namespace, learner_file, load
 from tformer_cli.learn.exercises import EXERCISES
 from tformer_cli.model import attention as attention_module
 from tformer_cli.model import transformer as transformer_module
@@ -67,18 +67,23 @@ EAGER_NOTE = (
 )
 
 
-def prepare(path: Path) -> Use:
-    """Check the learner's file (or folder) ``path`` and pick the functions that act: the
-    learner's where it passes, tformer's own elsewhere (in the file too, so that a passing
-    function calls tformer's where the learner's own lower piece fails)."""
-    file = learner_file(path)
-    report = check_file(file)
-    namespace = load(file)  # afresh: the check put its own lower pieces back as it found them
+def prepare(learner: Path | dict[str, Any]) -> Use:
+    """Check the learner's file (or folder), or a notebook's ``globals()``, and pick the
+    functions that act: the learner's where it passes, tformer's own elsewhere (``swapped``
+    puts those under the learner's names too, so that a passing function calls tformer's
+    where the learner's own lower piece fails)."""
+    if isinstance(learner, dict):
+        namespace, source = learner, "your functions"
+    else:
+        file = learner_file(learner)
+        namespace, source = load(file), str(file)
+    report = check_namespace(namespace, source)
     passed = {r.exercise for r in report.results if r.status == PASSED}
-    for exercise in EXERCISES:
-        if exercise.name not in passed:
-            namespace[exercise.name] = exercise.solution
-    return Use(report, {name: namespace[name] for name in ACTING})
+    return Use(
+        report,
+        {e.name: namespace[e.name] if e.name in passed else e.solution for e in EXERCISES
+         if e.name in ACTING},
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
