@@ -55,10 +55,10 @@ class Use:
 
     def line(self) -> str:
         """``using your attention, causal_mask (passed); tformer's own for: ...``."""
-        own = [name for name in ACTING if name not in self.learners]
-        yours = ", ".join(self.learners) or "none of your functions"
-        passed = " (passed)" if self.learners else ""
-        return f"using your {yours}{passed}; tformer's own for: {', '.join(own) or 'nothing'}"
+        own = ", ".join(name for name in ACTING if name not in self.learners) or "nothing"
+        if not self.learners:
+            return f"using none of your functions; tformer's own for: {own}"
+        return f"using your {', '.join(self.learners)} (passed); tformer's own for: {own}"
 
 
 EAGER_NOTE = (
