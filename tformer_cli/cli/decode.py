@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -60,6 +60,12 @@ from tformer_cli.config import (
     DecodeConfig,
     SamplingConfig,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from tformer_cli.api.decoding import Translator
+    from tformer_cli.api.learn import Use
 
 SAMPLING = ("--temperature", "--top-k", "--top-p", "--epsilon")  # the settings of --sample
 
@@ -287,7 +293,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
         run_translator(translator, v, inputs)
 
 
-def learner(path: Path | None, engine: str, quiet: bool) -> Any:
+def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
     """``--use``: the learner's file checked, its passing functions ready to swap in (and said
     so on stderr); None without it."""
     if path is None:
@@ -305,7 +311,9 @@ def learner(path: Path | None, engine: str, quiet: bool) -> Any:
     return use
 
 
-def run_translator(translator: Any, v: SimpleNamespace, inputs: Any) -> None:
+def run_translator(
+    translator: Translator, v: SimpleNamespace, inputs: tuple[Iterable[str], int | None] | None
+) -> None:
     """The rest of ``translate``: the trace, then the prompt or the lines read."""
     from tformer_cli.api.decoding import output_style
 
