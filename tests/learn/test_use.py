@@ -118,3 +118,11 @@ def test_use_with_ctranslate2_is_a_usage_error(toy_run: Path, solutions_file: Pa
          "ctranslate2", "a dog ."],
     )  # fmt: skip
     assert result.exit_code == 2 and "--use" in result.stderr
+
+
+def test_use_of_a_missing_file_is_a_one_line_error(toy_run: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["translate", "-m", str(toy_run), "--use", str(tmp_path / "nope.py"), "a dog ."]
+    )
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "no such file" in lines[0], result.stderr
