@@ -33,7 +33,7 @@ ROOT = typer.main.get_command(app)
 
 PATHS = ("file", "output", "trace", "save", "hypotheses", "src_file", "tgt_file",
          "valid_src_file", "valid_tgt_file", "tokenizer_file", "init_from", "resume", "runs_dir",
-         "tensorboard")  # fmt: skip
+         "tensorboard", "use")  # fmt: skip
 # The options whose values only a run, the data or the machine can judge, with why.
 EXEMPT = {
     "model": "a run folder, or a name under runs/: found or not",

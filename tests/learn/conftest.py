@@ -23,3 +23,13 @@ def learner(solutions_file: Path) -> dict[str, Any]:
     solutions.py, loaded), to break one piece of at a time."""
     torch.set_num_threads(1)
     return load(solutions_file)
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run trained briefly on the toy corpus (the interop tests' recipe): what ``--use``
+    translates with."""
+    from tests.interop.conftest import train_toy_run
+
+    torch.set_num_threads(1)
+    return train_toy_run(tmp_path_factory.mktemp("toy") / "run", steps=60)

@@ -58,3 +58,14 @@ if __name__ == "__main__":  # rewrite the page's tables
     text = PAGE.read_text(encoding="utf-8")
     PAGE.write_text(text[: text.index(HEADING)] + rendered(), encoding="utf-8")
     sys.exit(0)
+
+
+def test_the_page_names_the_exercises_that_act_in_translation():
+    from tformer_cli.learn.use import ACTING
+
+    text = PAGE.read_text(encoding="utf-8")
+    acting = text[text.index("Acting in translation:") : text.index("Acting in checking only:")]
+    checking = text[text.index("Acting in checking only:") : text.index(HEADING)]
+    named = lambda part: [e.name for e in EXERCISES if f"`{e.name}`" in part]  # noqa: E731
+    assert named(acting) == list(ACTING)
+    assert named(checking) == [e.name for e in EXERCISES if e.name not in ACTING]

@@ -32,6 +32,7 @@ from tformer_cli.decode.trace import trace_search
 from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import inference
 from tformer_cli.errors import SettingError, TformerError
+from tformer_cli.learn.use import Use, prepare, swapped
 from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
 from tformer_cli.report.attention.maps import inspect_pair
 from tformer_cli.report.attention.view import summary_rows
@@ -128,12 +129,20 @@ class Run:
     """A loaded run (or an ensemble of runs sharing a tokenizer), ready for inference.
 
     ``alpha``: the GNMT length penalty of beam search, the run's own ``beam_alpha`` unless
-    ``load`` was given one. ``loaded``: the ``LoadedRun`` of each model.
+    ``load`` was given one. ``loaded``: the ``LoadedRun`` of each model. ``use``: a learner's
+    functions (``load(use=FILE)``), swapped in for tformer's while it translates and scores.
     """
 
-    def __init__(self, loaded: list[LoadedRun], alpha: float | None = None) -> None:
+    def __init__(
+        self, loaded: list[LoadedRun], alpha: float | None = None, use: Use | None = None
+    ) -> None:
         self.loaded = loaded
         self.alpha = length_penalty(alpha, loaded[0].config)
+        self.use = use
+
+    def _swapped(self) -> contextlib.AbstractContextManager[None]:
+        """The learner's functions (``use``) in the models for a block; nothing without."""
+        return swapped(self.use, [r.model for r in self.loaded])
 
     @property
     def path(self) -> Path:
@@ -180,7 +189,8 @@ class Run:
         )  # fmt: skip
         check_numbers(max_tokens=max_tokens)
         items = as_texts(texts)
-        results = translate_texts(self.loaded, items, cfg, Batching(max_tokens))
+        with self._swapped():
+            results = translate_texts(self.loaded, items, cfg, Batching(max_tokens))
         pairs = [
             (r.source, h, t)
             for r in results
@@ -221,7 +231,7 @@ class Run:
         models' probabilities, as the search uses)."""
         lead = self.loaded[0]
         out: list[list[float]] = []
-        with inference(lead.device, lead.dtype):
+        with inference(lead.device, lead.dtype), self._swapped():
             for i in range(0, len(sources), 64):
                 src = pad([[*s, EOS_ID] for s in sources[i : i + 64]]).to(lead.device)
                 tgt = targets[i : i + 64]
@@ -352,12 +362,16 @@ def own_precision(run: Path | None) -> str:
 def load(
     run: PathLike | Sequence[PathLike] | None = None, *, device: str = "auto",
     precision: str | None = None, compile: str = "auto", alpha: float | None = None,
+    use: PathLike | dict[str, Any] | None = None,
 ) -> Run:  # fmt: skip
     """A run ready to translate: a folder or a name under ``runs/`` (default: the newest run);
     several runs sharing a tokenizer load as an ensemble. ``precision``: fp32, bf16, auto or
     int8 (CPU); default the (first) run's own, as ``tformer translate``. ``alpha``: the length
-    penalty, default the run's ``beam_alpha``. Changes no process-wide setting (see
-    ``tformer_cli.setup``)."""
+    penalty, default the run's ``beam_alpha``. ``use``: a ``tformer learn`` exercises file (or
+    its folder, or a notebook's ``globals()``), checked; each exercise it passes replaces
+    tformer's function while the run translates, on the eager step (``compile`` off):
+    ``Run.use.line()`` says which. Changes no
+    process-wide setting (see ``tformer_cli.setup``)."""
     many = list(run) if isinstance(run, (list, tuple)) else [run]
     paths = [as_path(r, "run") for r in many]
     for name, value in (("device", device), ("compile", compile)):
@@ -368,5 +382,8 @@ def load(
         raise SettingError("alpha", alpha, rule)
     models = [choose_run(p) for p in paths or [None]]
     precision = precision or own_precision(models[0])
-    loaded = load_runs(models, device, precision, compile)
-    return Run(loaded, alpha)
+    learner = None
+    if isinstance(use, dict) or (use := as_path(use, "use")) is not None:
+        learner = prepare(use)
+    loaded = load_runs(models, device, precision, "off" if learner else compile)
+    return Run(loaded, alpha, learner)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -49,6 +49,7 @@ from tformer_cli.cli.options import (
     Threads,
     TopK,
     TopP,
+    Use,
     declared,
     one_of,
     parsed,
@@ -59,6 +60,12 @@ from tformer_cli.config import (
     DecodeConfig,
     SamplingConfig,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from tformer_cli.api.decoding import Translator
+    from tformer_cli.api.learn import Use
 
 SAMPLING = ("--temperature", "--top-k", "--top-p", "--epsilon")  # the settings of --sample
 
@@ -239,6 +246,7 @@ TRANSLATE = declared(
     compile=(Compile, "auto"),
     engine=(Engine, "torch"),
     threads=(Threads, 0),
+    use=(Use, None),
     quiet=(Quiet, False),
 )
 
@@ -254,7 +262,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.api.decoding import open_translator, output_style, read_inputs
+    from tformer_cli.api.decoding import open_translator, read_inputs
 
     v = SimpleNamespace(**values)
     if v.greedy and (v.sample or v.mbr):
@@ -272,12 +280,43 @@ def translate(ctx: typer.Context, **values: Any) -> None:
             "CTranslate2 cannot trace a search: use --engine torch", param_hint="--engine"
         )
     inputs = read_inputs(v.texts, v.file, sys.stdin)
+    use = learner(v.use, v.engine, v.quiet)
     translator = open_translator(
-        v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision, compile=v.compile,
-        use_cache=not v.no_cache, threads=v.threads,
+        v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision,
+        compile=v.compile if use is None else "off", use_cache=not v.no_cache, threads=v.threads,
     )  # fmt: skip
     if (note := min_len_note(cfg)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
+    from tformer_cli.api.learn import swapped
+
+    with swapped(use, [r.model for r in translator.runs]):
+        run_translator(translator, v, inputs)
+
+
+def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
+    """``--use``: the learner's file checked, its passing functions ready to swap in (and said
+    so on stderr); None without it."""
+    if path is None:
+        return None
+    if engine != "torch":
+        raise typer.BadParameter(
+            "your functions run in tformer's eager step: use --engine torch", param_hint="--use"
+        )
+    from tformer_cli.api.learn import EAGER_NOTE, prepare
+
+    use = prepare(path)
+    if not quiet:
+        err.print(EAGER_NOTE, markup=False, highlight=False)
+        err.print(use.line(), markup=False, highlight=False)
+    return use
+
+
+def run_translator(
+    translator: Translator, v: SimpleNamespace, inputs: tuple[Iterable[str], int | None] | None
+) -> None:
+    """The rest of ``translate``: the trace, then the prompt or the lines read."""
+    from tformer_cli.api.decoding import output_style
+
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
         wrote(v.trace, v.quiet)

@@ -195,6 +195,13 @@ Compile = Annotated[
         " decoding runs long), on (compile it now) or off (eager).",
     ),
 ]
+Use = Annotated[
+    Path | None,
+    typer.Option(
+        help="Translate with your own functions: a tformer learn exercises file (or its folder);"
+        " each exercise it passes replaces tformer's, on the eager step (--compile off).",
+    ),
+]
 DecodePrecision = Annotated[
     str | None,
     typer.Option(

@@ -436,9 +436,16 @@ def find(name: str) -> Exercise:
 def check_file(path: Path, only: str | None = None) -> Report:
     """Check every function of the learner's file (or folder) ``path``, or the one ``only``
     names; an exercise whose function is missing is not written yet."""
-    exercises = [find(only)] if only else list(EXERCISES)
+    if only is not None:
+        find(only)  # an unknown name is said before the file is read
     file = learner_file(path)
-    namespace = load(file)
+    return check_namespace(load(file), str(file), only)
+
+
+def check_namespace(namespace: dict[str, Any], source: str, only: str | None = None) -> Report:
+    """Check every function of ``namespace`` (a learner's module, or a notebook's globals)
+    named after an exercise, or the one ``only`` names; ``source``: what the report names."""
+    exercises = [find(only)] if only else list(EXERCISES)
     results = []
     for exercise in exercises:
         fn = namespace.get(exercise.name)
@@ -446,7 +453,7 @@ def check_file(path: Path, only: str | None = None) -> Report:
             results.append(check_function(exercise, fn))
         else:
             results.append(Result(exercise.name, NOT_WRITTEN, exercise.where))
-    return Report(str(file), results)
+    return Report(source, results)
 
 
 def check(target: Callable[..., Any] | str | Path, name: str | None = None) -> Result | Report:

@@ -1,0 +1,160 @@
+"""A learner's functions inside a trained model (``--use FILE``): every exercise the file passes
+is swapped in for tformer's own while the model translates, on the eager step with the explicit
+attention (the compiled step, the fused kernel and CTranslate2 would bypass them).
+
+The swap patches the names the model calls: the module-level functions (``attention``, the
+masks, ``write_cache``), the position table the embeddings hold, and the forward of the
+modules whose equation has a functional form (``Embeddings``, ``Residual``, ``FeedForward``),
+routed through it for the time of the swap only. The other exercises act in checking only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tformer_cli.learn.checker import PASSED, Report, check_namespace, learner_file, load
+from tformer_cli.learn.exercises import EXERCISES
+from tformer_cli.model import attention as attention_module
+from tformer_cli.model import transformer as transformer_module
+from tformer_cli.model.attention import MultiHeadAttention
+from tformer_cli.model.layers import Embeddings, FeedForward, Residual
+
+# The module-level names the model calls, by exercise: (module, name).
+CALLED: dict[str, tuple[Any, str]] = {
+    "attention": (attention_module, "attention"),
+    "causal_mask": (attention_module, "causal_mask"),
+    "padding_mask": (transformer_module, "padding_mask"),
+    "write_cache": (attention_module, "write_cache"),
+}
+# The exercises whose functional form a module's forward is routed through.
+ROUTED = ("sinusoidal_positions", "layer_norm", "residual", "feed_forward", "embed")
+ACTING = tuple(e.name for e in EXERCISES if e.name in (*CALLED, *ROUTED))
+"""The exercises that act in translation; the others act in checking only."""
+
+
+@dataclass(frozen=True)
+class Use:
+    """The learner's file (``report``: its check) and the functions that act in translation:
+    ``functions`` by exercise name, the learner's where the file passes it, else tformer's."""
+
+    report: Report
+    functions: dict[str, Callable[..., Any]]
+
+    @property
+    def learners(self) -> list[str]:
+        """The exercises whose learner's function acts in translation, in order."""
+        return [r.exercise for r in self.report.results if r.passed and r.exercise in ACTING]
+
+    def line(self) -> str:
+        """``using your attention, causal_mask (passed); tformer's own for: ...``."""
+        own = ", ".join(name for name in ACTING if name not in self.learners) or "nothing"
+        if not self.learners:
+            return f"using none of your functions; tformer's own for: {own}"
+        return f"using your {', '.join(self.learners)} (passed); tformer's own for: {own}"
+
+
+EAGER_NOTE = (
+    "--use: the eager step with the explicit attention (--compile off, no fused kernel),"
+    " which calls your functions"
+)
+
+
+def prepare(learner: Path | dict[str, Any]) -> Use:
+    """Check the learner's file (or folder), or a notebook's ``globals()``, and pick the
+    functions that act: the learner's where it passes, tformer's own elsewhere (``swapped``
+    puts those under the learner's names too, so that a passing function calls tformer's
+    where the learner's own lower piece fails)."""
+    if isinstance(learner, dict):
+        namespace, source = learner, "your functions"
+    else:
+        file = learner_file(learner)
+        namespace, source = load(file), str(file)
+    report = check_namespace(namespace, source)
+    passed = {r.exercise for r in report.results if r.status == PASSED}
+    return Use(
+        report,
+        {e.name: namespace[e.name] if e.name in passed else e.solution for e in EXERCISES
+         if e.name in ACTING},
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def swapped(use: Use | None, models: Sequence[nn.Module]) -> Iterator[None]:
+    """For the time of the block, ``models`` compute with ``use``'s functions: the names the
+    model calls patched, every attention on its explicit path, the position tables made by
+    ``sinusoidal_positions``, and the embeddings, sublayers and FFNs routed through their
+    functional forms. All is put back after. ``use`` None: nothing swapped."""
+    with contextlib.ExitStack() as undo:
+        if use is None:
+            yield
+            return
+        fns = use.functions
+        for name, (module, attr) in CALLED.items():
+            undo.enter_context(patched(module, attr, fns[name]))
+        for fn in fns.values():  # each calls the others' swapped forms (layer_norm: residual)
+            namespace = inspect.unwrap(fn).__globals__
+            for name in ACTING:
+                if name in namespace:
+                    undo.enter_context(patched_name(namespace, name, fns[name]))
+        for cls, forward in routed_forwards(fns).items():
+            undo.enter_context(patched(cls, "forward", forward))
+        for model in models:
+            for m in model.modules():
+                if isinstance(m, MultiHeadAttention):
+                    undo.enter_context(patched(m, "explicit", True))
+                elif isinstance(m, Embeddings) and not m.is_learned:
+                    table = fns["sinusoidal_positions"](*m.sinusoid.shape)
+                    undo.enter_context(patched(m, "sinusoid", table.to(m.sinusoid)))
+        yield
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` set to ``value`` for the time of the block."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+@contextlib.contextmanager
+def patched_name(namespace: dict[str, Any], name: str, value: Any) -> Iterator[None]:
+    """``namespace[name]`` (a module's globals) set to ``value`` for the time of the block."""
+    saved = namespace[name]
+    namespace[name] = value
+    try:
+        yield
+    finally:
+        namespace[name] = saved
+
+
+def routed_forwards(fns: dict[str, Callable[..., Any]]) -> dict[type, Callable[..., Tensor]]:
+    """The forward of each module with a functional form, computed by that form (inference:
+    no dropout). An FFN of another activation than ReLU keeps its own forward."""
+    own_ffn = FeedForward.forward
+
+    def embeddings(self: Embeddings, tokens: Tensor, slots: Tensor | None = None) -> Tensor:
+        pe = self.positions if slots is None else self.positions.index_select(0, slots)
+        return fns["embed"](tokens, self.tokens.weight, pe)
+
+    def residual(self: Residual, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return fns["residual"](x, sublayer, self.norm.weight, self.norm.bias, self.pre_norm)
+
+    def feed_forward(self: FeedForward, x: Tensor) -> Tensor:
+        if self.act is not torch.relu:
+            return own_ffn(self, x)
+        return fns["feed_forward"](
+            x, self.w_1.weight, self.w_1.bias, self.w_2.weight, self.w_2.bias
+        )
+
+    return {Embeddings: embeddings, Residual: residual, FeedForward: feed_forward}
