@@ -128,3 +128,86 @@ def test_dir_lists_the_public_api_that_loads_on_first_use():
     assert dir(tformer) == sorted(tformer.__all__)
     assert {"load", "train", "runs", "compare", "setup", "TformerError"} <= set(dir(tformer))
     assert all(getattr(tformer, name) is not None for name in dir(tformer))
+
+
+# One name per concept: a top-level name (function, class, module constant) defined in two or
+# more modules is a copy to merge or a name that means two things. The exceptions, each with
+# its reason; "owned elsewhere" marks twins left to those who keep that folder.
+SHARED_NAMES = {
+    "T": "a type variable, local to the module that declares it",
+    "main": "an entry point's conventional name (python -m, the console script)",
+    "F": "owned elsewhere: cli/app.py and cli/options.py",
+    "ENGINES": "owned elsewhere: cli/options.py restates decode/translate.py's",
+    "QUANTIZATIONS": "owned elsewhere: cli/tools.py restates interop/ct2.py's list",
+    "Split": "owned elsewhere: cli/options.py's option type vs data/split.py's encoded split",
+    "Models": "owned elsewhere: cli/options.py vs decode/search.py",
+    "ACTIVATIONS": "owned elsewhere: config/model.py and model/layers.py",
+    "FORMAT": "owned elsewhere: checkpoint.py and decode/fast/aot.py",
+    "KINDS": "owned elsewhere: api/serving.py imports the attention kinds; the tokenizer's kinds",
+    "SCHEDULES": "owned elsewhere: config/train.py and training/scheduled_sampling.py",
+    "bleu": "owned elsewhere: training imports report's corpus BLEU; decode/mbr.py's sentence BLEU",
+    "Translation": "owned elsewhere: api/display.py vs decode/translate.py",
+    "TokenizerStats": "owned elsewhere: api/reports.py vs data/tokenizer.py",
+    "train_tokenizer": "owned elsewhere: api/reports.py wraps data/tokenizer.py's",
+    "compare_runs": "owned elsewhere: api/reports.py wraps report/compare.py's",
+    "show_run": "owned elsewhere: api/reports.py wraps report/show.py's",
+    "show_runs": "owned elsewhere: api/reports.py wraps report/runs.py's",
+    "average_checkpoints": "owned elsewhere: api/reports.py and cli/train.py",
+    "evaluate": "owned elsewhere: cli/evaluate.py's command vs report/evaluation.py's",
+    "inspect_attention": "owned elsewhere: cli/decode.py and api/decoding.py wrap report's",
+    "train": "owned elsewhere: api/training.py and cli/train.py",
+    "own_precision": "owned elsewhere: api/run.py and cli/app.py",
+    "length_penalty": "owned elsewhere: lp(Y) in decode/reference.py vs api/run.py's alpha",
+    "beam_search": "owned elsewhere: decode/reference.py and decode/search.py",
+    "greedy_search": "owned elsewhere: decode/reference.py and decode/search.py",
+    "search": "owned elsewhere: decode/search.py and serve.py",
+    "load": "owned elsewhere: api/run.py and decode/fast/aot.py",
+}
+LEARN = "learn"  # the exercises re-define the package's functions on purpose, to be checked
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The functions, classes and assigned names at the top of a module."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("__")}
+
+
+def names_defined_twice(modules: list[Path], root: Path) -> dict[str, list[str]]:
+    """Each name defined at the top of two or more modules outside ``learn/`` (a name the
+    exercises define is counted once for all of them), with those modules."""
+    where: dict[str, list[str]] = {}
+    for path in modules:
+        module = path.relative_to(root).as_posix()
+        for name in top_level_names(path):
+            where.setdefault(name, []).append(module)
+    return {
+        name: modules
+        for name, modules in where.items()
+        if len([m for m in modules if not m.startswith(f"{LEARN}/")]) > 1
+    }
+
+
+def test_one_name_per_concept():
+    twice = names_defined_twice(MODULES, PACKAGE)
+    new = {name: modules for name, modules in twice.items() if name not in SHARED_NAMES}
+    assert not new, "defined in two or more modules (rename or merge): " + "; ".join(
+        f"{name}: {', '.join(modules)}" for name, modules in sorted(new.items())
+    )
+    stale = sorted(set(SHARED_NAMES) - set(twice))
+    assert not stale, f"no longer defined twice, drop from SHARED_NAMES: {', '.join(stale)}"
+
+
+def test_the_name_gate_sees_a_twin(tmp_path: Path):
+    for name, text in (("a.py", "X = 1\ndef f(): ...\n"), ("b.py", "class f: ...\n")):
+        (tmp_path / name).write_text(text)
+    (tmp_path / LEARN).mkdir()
+    (tmp_path / LEARN / "c.py").write_text("X = 2\n")
+    found = names_defined_twice(sorted(tmp_path.rglob("*.py")), tmp_path)
+    assert found == {"f": ["a.py", "b.py"]}

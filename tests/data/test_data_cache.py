@@ -15,7 +15,7 @@ from rich.console import Console
 from tformer_cli.config import TrainConfig
 from tformer_cli.data import data_cache, text
 from tformer_cli.data.corpus import fingerprinted_corpus, load_corpus
-from tformer_cli.data.data_cache import SCHEMA, DataCache, _write_entry
+from tformer_cli.data.data_cache import ENCODED_SCHEMA, DataCache, _write_entry
 from tformer_cli.data.split import ArrowColumn
 from tformer_cli.data.tokenizer import encode, load_tokenizer, train_tokenizer
 from tformer_cli.errors import TformerError
@@ -132,7 +132,7 @@ def test_encoded_splits_are_arrow_files_of_int32_lists_and_strings(tmp_path, tin
     ]  # fmt: skip
     with pa.memory_map(str(entry / "valid.arrow")) as source:
         table = pa.ipc.open_file(source).read_all()
-        assert table.schema == SCHEMA
+        assert table.schema == ENCODED_SCHEMA
         assert table.column("src").to_pylist() == list(splits["valid"].src)
         assert table.column("ref").to_pylist() == list(splits["valid"].refs)
     train = splits["train"]

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tformer_cli.data.data_cache import SCHEMA, read_split
+from tformer_cli.data.data_cache import ENCODED_SCHEMA, read_split
 from tformer_cli.data.split import ArrowColumn, Split, fits_positions, lengths
 
 
@@ -30,10 +30,10 @@ def test_select_keeps_the_pairs_aligned_in_the_order_asked():
 def arrow_split(tmp_path: Path, batches: list[list[list[int]]]) -> Split:
     """A split written as one Arrow file of several record batches, read memory-mapped."""
     path = tmp_path / "split.arrow"
-    with pa.ipc.new_file(path, SCHEMA) as writer:
+    with pa.ipc.new_file(path, ENCODED_SCHEMA) as writer:
         for ids in batches:
             refs = [" ".join(map(str, s)) for s in ids]
-            writer.write_batch(pa.record_batch([ids, ids, refs], schema=SCHEMA))
+            writer.write_batch(pa.record_batch([ids, ids, refs], schema=ENCODED_SCHEMA))
     return read_split(path)
 
 

@@ -56,7 +56,7 @@ def test_the_engine_finds_tformers_best_hypothesis(loaded, ct2_model, toy_test, 
     cfg = DecodeConfig(beam=beam, alpha=0.0, max_len_a=1.0, max_len_b=0)
     sources = encode(loaded.tokenizer, toy_test)
     ours = translate_sources(loaded.model, loaded.tokenizer, sources, cfg)
-    theirs = engine.translate_sources(ct2_model, loaded.tokenizer, sources, cfg)
+    theirs = engine.translate_on_ct2(ct2_model, loaded.tokenizer, sources, cfg)
     for (our_text, a), (their_text, b) in zip(ours, theirs, strict=True):
         x, y = a.hypotheses[0], b.hypotheses[0]
         assert (our_text, x.tokens, x.finished) == (their_text, y.tokens, y.finished)
@@ -69,7 +69,7 @@ def test_scores_and_nbest_follow_ctranslate2s_length_penalty(loaded, ct2_model, 
     the score times that penalty."""
     cfg = DecodeConfig(beam=4, alpha=1.0, nbest=3)
     sources = encode(loaded.tokenizer, toy_test[:10])
-    for texts, t in engine.translate_sources(ct2_model, loaded.tokenizer, sources, cfg):
+    for texts, t in engine.translate_on_ct2(ct2_model, loaded.tokenizer, sources, cfg):
         assert len(texts) == len(t.hypotheses) == 3
         for h in t.hypotheses:
             length = len(h.tokens) + h.finished
@@ -83,18 +83,14 @@ def test_blank_inputs_samples_and_too_long_sources(loaded, toy_test):
     sources = [[], *encode(loaded.tokenizer, toy_test[:3]), []]
     cfg = DecodeConfig(sampling=SamplingConfig(top_k=5), nbest=2, seed=7)
     done: list[int] = []
-    first = engine.translate_sources(
-        ct2_model, loaded.tokenizer, sources, cfg, on_batch=done.append
-    )
-    again = engine.translate_sources(
-        engine.load_ctranslate2(loaded), loaded.tokenizer, sources, cfg
-    )
+    first = engine.translate_on_ct2(ct2_model, loaded.tokenizer, sources, cfg, on_batch=done.append)
+    again = engine.translate_on_ct2(engine.load_ctranslate2(loaded), loaded.tokenizer, sources, cfg)
     assert [(t, r.hypotheses) for t, r in first] == [(t, r.hypotheses) for t, r in again]
     assert first[0][0] == first[-1][0] == [""] and sum(done) == len(sources)
     assert all(len(r.hypotheses) == 2 for _, r in first[1:-1])
-    assert engine.translate_sources(ct2_model, loaded.tokenizer, [], cfg) == []
+    assert engine.translate_on_ct2(ct2_model, loaded.tokenizer, [], cfg) == []
     with pytest.raises(TformerError, match="input 3 has 200 tokens; this model reads at most 128"):
-        engine.translate_sources(ct2_model, loaded.tokenizer, [[5], [5], [5] * 199], cfg)
+        engine.translate_on_ct2(ct2_model, loaded.tokenizer, [[5], [5], [5] * 199], cfg)
 
 
 def test_the_export_is_made_once_and_again_when_model_pt_changes(ct2_run, loaded, ct2_model):

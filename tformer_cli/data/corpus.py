@@ -42,6 +42,7 @@ from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
 from tformer_cli.config import TrainConfig
+from tformer_cli.data.hub import check_dataset_hub, first_line
 from tformer_cli.data.text import ROWS, read_batches, route, write_pairs
 from tformer_cli.errors import TformerError
 
@@ -466,12 +467,11 @@ def _load_hf(spec: str, src_lang: str | None, tgt_lang: str | None) -> dict[str,
     if not name:
         raise TformerError("hf: needs a dataset name, e.g. hf:wmt16:de-en")
     if not Path(name).exists():  # a dataset on the Hub, not a local folder
-        _check_hub_reachable(spec)
+        check_dataset_hub(spec)
     try:
         raw = datasets.load_dataset(name, config or None)
     except Exception as e:  # hub, network, file and format errors all surface here
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TformerError(f"cannot load Hugging Face dataset '{spec}': {reason}") from e
+        raise TformerError(f"cannot load Hugging Face dataset '{spec}': {first_line(e)}") from e
     picked = _pick_splits(raw)
     if "train" not in picked:
         raise TformerError(f"hf:{spec}: no train split (found: {', '.join(sorted(raw))})")
@@ -495,28 +495,6 @@ def _hf_pairs(
             _check_text(s, f"{label} {split} row {i}", "source")
             _check_text(t, f"{label} {split} row {i}", "target")
             yield s, t
-
-
-HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
-
-
-def _check_hub_reachable(spec: str) -> None:
-    """Fail at once, in one line, when the Hub does not answer: `load_dataset` would retry five
-    times over ~25 s, logging a warning each time, before failing. One HEAD request to the
-    endpoint (`HF_ENDPOINT`), through the Hub's own HTTP client (so its proxy settings apply);
-    none in offline mode (`HF_HUB_OFFLINE=1`), where `load_dataset` reads its cache."""
-    from huggingface_hub import constants, get_session
-
-    if datasets.config.HF_HUB_OFFLINE:
-        return
-    try:
-        get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT)
-    except Exception as e:  # refused, unresolvable, timed out, proxy or TLS failure
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TformerError(
-            f"cannot load Hugging Face dataset '{spec}': {constants.ENDPOINT} cannot be reached"
-            f" ({reason}); check the network, or set HF_HUB_OFFLINE=1 to use a cached copy"
-        ) from None
 
 
 def _hf_columns(

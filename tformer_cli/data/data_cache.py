@@ -46,9 +46,9 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import give_usual_mode, storage_fault, write_error
 
 CACHE_DIR = ".cache"  # under the runs folder
-FORMAT = 1  # bump when an entry's layout changes
+CACHE_FORMAT = 1  # bump when an entry's layout changes
 TOKENIZER = "tokenizer.json"
-SCHEMA = pa.schema(
+ENCODED_SCHEMA = pa.schema(
     [("src", pa.list_(pa.int32())), ("tgt", pa.list_(pa.int32())), ("ref", pa.string())]
 )
 
@@ -74,7 +74,7 @@ class DataCache:
         return self.load()
 
     def _entry(self, kind: str, *settings: str) -> Path:
-        parts = "\x1f".join((str(FORMAT), __version__, self.fingerprint, *settings))
+        parts = "\x1f".join((str(CACHE_FORMAT), __version__, self.fingerprint, *settings))
         return self.cache_dir / f"{kind}-{hashlib.sha256(parts.encode()).hexdigest()[:16]}"
 
     def tokenizer(self, kind: str, vocab_size: int, sample: int = 0) -> tuple[Path, bool]:
@@ -117,13 +117,13 @@ class DataCache:
         at a time, calling ``advance(rows)`` after each."""
         for name in SPLITS:
             split = self.corpus[name]
-            with pa.ipc.new_file(folder / f"{name}.arrow", SCHEMA) as writer:
+            with pa.ipc.new_file(folder / f"{name}.arrow", ENCODED_SCHEMA) as writer:
                 for src, tgt in zip(
                     read_batches(split, "src"), read_batches(split, "tgt"), strict=True
                 ):
                     refs = tgt.to_pylist()
                     ids = [encode(src_tok, src.to_pylist()), encode(tgt_tok, refs), refs]
-                    writer.write_batch(pa.record_batch(ids, schema=SCHEMA))
+                    writer.write_batch(pa.record_batch(ids, schema=ENCODED_SCHEMA))
                     advance(len(refs))
 
 
@@ -135,10 +135,10 @@ def read_split(path: Path) -> Split:
         source = pa.memory_map(str(path))
         file = MappedFile(path, source)
         table = pa.ipc.open_file(source).read_all()
-        if table.schema != SCHEMA:
-            raise pa.ArrowInvalid(f"schema {table.schema} is not {SCHEMA}")
+        if table.schema != ENCODED_SCHEMA:
+            raise pa.ArrowInvalid(f"schema {table.schema} is not {ENCODED_SCHEMA}")
         src, tgt, refs = (
-            ArrowColumn(table.column(name).chunks, file=file) for name in SCHEMA.names
+            ArrowColumn(table.column(name).chunks, file=file) for name in ENCODED_SCHEMA.names
         )
         return Split(src, tgt, refs)
     except (OSError, pa.ArrowInvalid) as e:

@@ -1,6 +1,6 @@
 """``--engine ctranslate2``: a run decoded through its CTranslate2 export, behind tformer's own
 interface. The export is made on first use in ``RUN/ctranslate2/<model.pt hash>-<type>/``
-(``ctranslate2_cache``) and reused until model.pt changes; ``translate_sources`` takes what
+(``ctranslate2_cache``) and reused until model.pt changes; ``translate_on_ct2`` takes what
 ``decode.translate.translate_sources`` takes and returns the same ``Translation``s.
 
 tformer's settings in CTranslate2's terms (``translate_batch``):
@@ -136,9 +136,9 @@ def load_ctranslate2(run: LoadedRun) -> Ct2Model:
 
 
 def ctranslate2_engine(run: LoadedRun) -> SourcesEngine:
-    """``translate_sources`` bound to the run's CTranslate2 translator: what ``translate_texts``
+    """``translate_on_ct2`` bound to the run's CTranslate2 translator: what ``translate_texts``
     and ``tformer eval`` call in place of tformer's search."""
-    return functools.partial(translate_sources, load_ctranslate2(run))
+    return functools.partial(translate_on_ct2, load_ctranslate2(run))
 
 
 def search_options(cfg: DecodeConfig) -> dict[str, Any]:
@@ -179,7 +179,7 @@ def limit_groups(
     return groups
 
 
-def translate_sources(
+def translate_on_ct2(
     model: Ct2Model,
     tokenizer: Tokenizer,
     sources: Sequence[Sequence[int]],

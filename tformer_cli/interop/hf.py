@@ -37,6 +37,7 @@ from tformer_cli.checkpoint import (
     load_run,
 )
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
+from tformer_cli.data.hub import check_model_hub, first_line
 from tformer_cli.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -52,8 +53,7 @@ from tformer_cli.interop.marian import POSITION_KEYS, from_marian, to_marian
 from tformer_cli.model import Transformer
 
 BANNED = -1e4  # output bias of the ids Marian never generates: finite, so training stays finite
-HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
-ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu"}  # Marian's names -> ours
+MARIAN_ACTIVATIONS = {"relu": "relu", "swish": "silu", "silu": "silu"}  # Marian's names -> ours
 SETTINGS = "tformer"  # the config.json entry of an export that holds the run's own settings
 TRAVELS = ("beam_alpha", "precision", "max_len", "src_lang", "tgt_lang", "vocab_size",
            "tokenizer_kind")  # fmt: skip  # the TrainConfig fields an export carries
@@ -199,7 +199,7 @@ def marian_config(source: str) -> tuple[str, Any]:
     quiet_transformers()
     where = source.removeprefix("hf:")
     if source.startswith("hf:"):
-        check_hub(where)
+        check_model_hub(where)
     elif not Path(where).is_dir():
         raise TformerError(f"{source} is not a folder; a model on the Hub is hf:NAME")
     elif (Path(where) / "model.bin").is_file():  # CTranslate2's weights: never transformers'
@@ -302,26 +302,6 @@ def exported_run(source: str, where: str, config: Any) -> Made:
     return Made(cfg, train, net.state_dict(), tokenizers)
 
 
-def check_hub(name: str) -> None:
-    """Fail at once, in one line, when the Hub does not answer or has no such model (none of
-    this in offline mode, ``HF_HUB_OFFLINE=1``, where ``from_pretrained`` reads its cache)."""
-    from huggingface_hub import HfApi, constants
-
-    if constants.HF_HUB_OFFLINE:
-        return
-    try:
-        HfApi(endpoint=constants.ENDPOINT).model_info(name, timeout=HUB_TIMEOUT)
-    except Exception as e:  # refused, unresolvable, timed out, no such repository
-        raise TformerError(
-            f"cannot load Hugging Face model '{name}' from {constants.ENDPOINT} ({first_line(e)});"
-            " check the network and the name, or set HF_HUB_OFFLINE=1 to use a cached copy"
-        ) from None
-
-
-def first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
 def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
     """Our ``ModelConfig`` for a Marian config, and ``order``: Marian's id of each of our ids
     (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order).
@@ -336,7 +316,7 @@ def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
             tokenizer.separate_vocabs or config.decoder_vocab_size != config.vocab_size
         ),
         f"its activation {config.activation_function} is not relu or swish": (
-            config.activation_function not in ACTIVATIONS
+            config.activation_function not in MARIAN_ACTIVATIONS
         ),
     }
     why = [reason for reason, bad in refusals.items() if bad]
@@ -351,7 +331,7 @@ def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
         d_ff=config.encoder_ffn_dim, n_encoder_layers=config.encoder_layers,
         n_decoder_layers=config.decoder_layers, dropout=config.dropout, positional="sinusoidal",
         norm="post", tie_embeddings=tied, max_positions=config.max_position_embeddings,
-        activation=ACTIVATIONS[config.activation_function], output_bias=True,
+        activation=MARIAN_ACTIVATIONS[config.activation_function], output_bias=True,
     )  # fmt: skip
     return cfg, order
 

@@ -66,7 +66,7 @@ def score_run(
     return False, evaluate_run(run_dir, request, keep=keep, console=err, quiet=quiet).stored
 
 
-def collect(
+def score_runs(
     runs: Sequence[Path],
     request: EvalRequest,
     keep: bool,
@@ -433,7 +433,7 @@ def compare_runs(
     check_axis(x)
     check_picture(save)
     log = err or Console(stderr=True)
-    scored = collect(runs, request or EvalRequest(), keep, log, quiet, runs_dir)
+    scored = score_runs(runs, request or EvalRequest(), keep, log, quiet, runs_dir)
     if not quiet:
         log.print(
             f"paired tests: bootstrap ({n_bootstrap} resamples) and approximate randomization"

@@ -40,7 +40,7 @@ from tformer_cli.report.stored import EvalKey, StoredEval, keep_eval
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class RunEvaluation:
     """One evaluation of a run: the report, the result as the run folder keeps it (its key,
     both searches' outputs, the references), and the report's hypotheses, one per pair of the
     split in order (empty for a pair too long for the model)."""
@@ -60,7 +60,7 @@ def evaluate_run(
     ensemble_with: Sequence[Path] = (),
     console: Console | None = None,
     quiet: bool = False,
-) -> Evaluation:
+) -> RunEvaluation:
     """``tformer eval``: load ``run`` (default: the newest) and the split of ``request``
     (default: ``EvalRequest()``, the run's own test split), evaluate it, and, with other runs
     ``ensemble_with`` (sharing this one's tokenizer), score their ensemble too
@@ -89,7 +89,7 @@ def evaluate_run(
         report = with_ensemble(report, loaded, scored, request, ensemble_with)
     # write what was asked for
     hyps = per_pair(len(split.src), kept, outputs.beam or outputs.greedy)
-    evaluation = Evaluation(report, stored_result(key, report, outputs, scored.refs), hyps)
+    evaluation = RunEvaluation(report, stored_result(key, report, outputs, scored.refs), hyps)
     if keep and report.ensemble is None:
         keep_result(loaded.run_dir, evaluation.stored, log, quiet)
     if json_path is not None:
