@@ -11,7 +11,7 @@ import pytest
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report.pick import choose_run, default_note, default_run
-from tformer_cli.report.runs import hold_run_lock, list_runs
+from tformer_cli.report.runs import RunLock, list_runs
 
 STOPPED = '{"step": 1, "loss": 1.0}\n{"step": 1, "stopped_by": "reached --max-steps 1"}\n'
 
@@ -43,7 +43,7 @@ def test_the_newest_usable_run_is_used_and_the_newer_ones_passed_over_are_named(
     make_run(runs_dir / "early")
     (runs_dir / "early" / "model.pt").unlink()  # interrupted before its first model.pt
     (runs_dir / "junk").mkdir()  # broken
-    with hold_run_lock(runs_dir / "live"):
+    with RunLock(runs_dir / "live"):
         RunConfig.load(done).save(runs_dir / "live")
         newest_first(runs_dir, ["live", "junk", "early", "cut", "done"])
         chosen, passed = default_run(runs_dir)

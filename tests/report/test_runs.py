@@ -25,8 +25,8 @@ from tformer_cli.report import runs
 from tformer_cli.report.evaluation import EvalConfig
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import (
+    RunLock,
     collect_run,
-    hold_run_lock,
     is_running,
     list_runs,
     lock_run,
@@ -148,7 +148,7 @@ def test_a_killed_run_whose_last_pt_is_gone_says_to_train_on_from_its_weights(in
 
 def test_a_run_holding_the_lock_is_running_and_only_while_it_holds_it(interrupted):
     assert not is_running(interrupted)
-    with hold_run_lock(interrupted):
+    with RunLock(interrupted):
         assert is_running(interrupted)
         info = collect_run(interrupted)
         assert info.state == "running" and info.pid == os.getpid()
@@ -184,7 +184,7 @@ def test_the_lock_of_a_killed_process_vanishes_with_it(interrupted):
 
 
 def test_a_running_run_before_its_config_is_written_is_running(runs_dir):
-    with hold_run_lock(runs_dir / "new"):
+    with RunLock(runs_dir / "new"):
         info = collect_run(runs_dir / "new")
     assert info.state == "running" and info.detail.startswith("setting up")
 
@@ -235,7 +235,7 @@ def render(runs_dir: Path, as_json: bool = False, width: int = 200) -> str:
 def test_runs_lists_every_state_newest_first_with_json(finished, interrupted, runs_dir):
     (runs_dir / "junk").mkdir()
     (runs_dir / ".cache").mkdir()  # hidden: the tokenized-data cache, not a run
-    with hold_run_lock(runs_dir / "live"):
+    with RunLock(runs_dir / "live"):
         RunConfig.load(finished).save(runs_dir / "live")
         for age, name in enumerate(["live", "cut", "done", "junk"]):
             folder = runs_dir / name
@@ -332,7 +332,7 @@ def test_runs_marks_the_run_a_command_given_none_uses(finished, interrupted, run
     (runs_dir / "junk").mkdir()
     no_model, _ = make_run(runs_dir / "early")
     (no_model / "model.pt").unlink()
-    with hold_run_lock(runs_dir / "live"):
+    with RunLock(runs_dir / "live"):
         RunConfig.load(finished).save(runs_dir / "live")
         for age, name in enumerate(["live", "junk", "early", "cut", "done"]):
             folder = runs_dir / name

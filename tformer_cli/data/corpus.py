@@ -82,13 +82,8 @@ def load_corpus(
     files = dict(src_file=src_file, tgt_file=tgt_file, valid_src_file=valid_src_file,
                  valid_tgt_file=valid_tgt_file)  # fmt: skip
     located = locate_files(data, src_lang, tgt_lang, **files)
-    if located is None:
-        splits = _load_hf(str(data)[3:], src_lang, tgt_lang)
-        if valid_src_file is not None or valid_tgt_file is not None:
-            options = "--valid-src-file/--valid-tgt-file"
-            splits["valid"] = _read_file_pair(valid_src_file, valid_tgt_file, options)
-    else:
-        splits = {name: reader(*paths) for name, (reader, paths) in located.items()}
+    splits = _load_hf(str(data)[3:], src_lang, tgt_lang) if "train" not in located else {}
+    splits.update({name: reader(*paths) for name, (reader, paths) in located.items()})
     root = _text_folder(folder)
     counts = {name: write_pairs(pairs, root / f"{name}.arrow") for name, pairs in splits.items()}
     carved = {name for name in SPLITS if name not in counts} if carve else set()
@@ -138,25 +133,23 @@ def locate_files(
     src_lang: str | None = None,
     tgt_lang: str | None = None,
     **files: str | Path | None,
-) -> Located | None:
+) -> Located:
     """The files each split of the corpus is read from, with their reader, found without
     reading them (``load_corpus``'s sources; ``files``: its ``src_file`` ... ``valid_tgt_file``);
-    None for an ``hf:`` dataset without --src-file (its valid split may still be files)."""
-    if files.get("src_file") is not None or files.get("tgt_file") is not None:
-        located = {"train": _file_pair(files.get("src_file"), files.get("tgt_file"),
-                                       "--src-file/--tgt-file")}  # fmt: skip
+    no train split for an ``hf:`` dataset without --src-file (``load_dataset`` reads it)."""
+    src, tgt, valid_src, valid_tgt = (files.get(name) for name in PARALLEL_FILES)
+    located: Located = {}
+    if src is not None or tgt is not None:
+        located = {"train": _file_pair(src, tgt, "--src-file/--tgt-file")}
     elif str(data) == FILES:
         raise TformerError(
             f"data '{FILES}' needs a source and a target file (--src-file/--tgt-file)"
         )
-    elif str(data).startswith("hf:"):
-        return None
-    else:
+    elif not str(data).startswith("hf:"):
         path = toy_corpus_dir() if str(data) == "toy" else Path(data)
         located = _locate_path(path, src_lang, tgt_lang)
-    if files.get("valid_src_file") is not None or files.get("valid_tgt_file") is not None:
-        options = "--valid-src-file/--valid-tgt-file"
-        located["valid"] = _file_pair(files["valid_src_file"], files["valid_tgt_file"], options)
+    if valid_src is not None or valid_tgt is not None:
+        located["valid"] = _file_pair(valid_src, valid_tgt, "--valid-src-file/--valid-tgt-file")
     return located
 
 
@@ -170,7 +163,7 @@ def fingerprinted_corpus(
     load = functools.cache(lambda: load_corpus(data, seed=seed, folder=folder, **options))  # type: ignore[arg-type]
     files = {k: options.get(k) for k in PARALLEL_FILES}
     located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
-    if located is None:
+    if "train" not in located:  # an hf: dataset
         return corpus_fingerprint(load()), load
     h = hashlib.sha256(f"files\x1d{seed}".encode())
     for name, (reader, paths) in sorted(located.items()):
@@ -341,9 +334,13 @@ def _decoded_lines(path: Path) -> Iterator[str]:
         raise TformerError(f"{path}: cannot read ({e.strerror})") from e
 
 
-def _check_text(text: str | None, where: str, side: str) -> None:
-    if not (text and text.strip()):
-        raise TformerError(f"{where}: empty {side}")
+def _checked(src: str, tgt: str, where: str, tgt_where: str | None = None) -> tuple[str, str]:
+    """The pair, after a one-line error for an empty side (``where``: the source's line, and
+    the target's too unless ``tgt_where`` names it)."""
+    for text, side, at in ((src, "source", where), (tgt, "target", tgt_where or where)):
+        if not (text and text.strip()):
+            raise TformerError(f"{at}: empty {side}")
+    return src, tgt
 
 
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
@@ -355,8 +352,7 @@ def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
         if s is None or t is None:
             continue  # counting the longer file's rest
         try:
-            _check_text(s, f"{src_path}:{i}", "source")
-            _check_text(t, f"{tgt_path}:{i}", "target")
+            _checked(s, t, f"{src_path}:{i}", f"{tgt_path}:{i}")
         except TformerError as e:
             empty = empty or e
         yield s, t
@@ -364,11 +360,6 @@ def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
         raise TformerError(f"{src_path} has {counts[0]} lines but {tgt_path} has {counts[1]}")
     if empty is not None:
         raise empty
-
-
-def _read_file_pair(src: str | Path | None, tgt: str | Path | None, options: str) -> Pairs:
-    reader, paths = _file_pair(src, tgt, options)
-    return reader(*paths)
 
 
 def _file_pair(
@@ -385,10 +376,7 @@ def _read_tsv(path: Path) -> Pairs:
         tabs = line.count("\t")
         if tabs != 1:
             raise TformerError(f"{path}:{i}: expected source<TAB>target, found {tabs} tabs")
-        s, t = line.split("\t")
-        _check_text(s, f"{path}:{i}", "source")
-        _check_text(t, f"{path}:{i}", "target")
-        yield s, t
+        yield _checked(*line.split("\t"), f"{path}:{i}")
 
 
 def _read_jsonl(path: Path) -> Pairs:
@@ -400,9 +388,7 @@ def _read_jsonl(path: Path) -> Pairs:
             raise TformerError(f"{path}:{i}: invalid JSON ({e.msg})") from None
         if not (isinstance(obj, dict) and all(isinstance(obj.get(k), str) for k in ("src", "tgt"))):
             raise TformerError(f'{path}:{i}: expected an object {{"src": "...", "tgt": "..."}}')
-        _check_text(obj["src"], f"{path}:{i}", "source")
-        _check_text(obj["tgt"], f"{path}:{i}", "target")
-        yield obj["src"], obj["tgt"]
+        yield _checked(obj["src"], obj["tgt"], f"{path}:{i}")
 
 
 def _pick_splits(names: Iterable[str]) -> dict[str, str]:
@@ -492,9 +478,7 @@ def _hf_pairs(
     for rows in ds.select_columns([src_col, tgt_col]).iter(batch_size=ROWS):
         for s, t in zip(rows[src_col], rows[tgt_col], strict=True):
             i += 1
-            _check_text(s, f"{label} {split} row {i}", "source")
-            _check_text(t, f"{label} {split} row {i}", "target")
-            yield s, t
+            yield _checked(s, t, f"{label} {split} row {i}")
 
 
 def _hf_columns(

@@ -49,26 +49,18 @@ def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
     """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, keeping their
     order: one pass, a batch at a time."""
     try:
-        _route(path, labels, outputs)
+        with ExitStack() as files:
+            sinks = [files.enter_context(pa.OSFile(str(out), "wb")) for out in outputs]
+            writers = [files.enter_context(pa.ipc.new_stream(f, SCHEMA)) for f in sinks]
+            start = 0
+            for batch in file_batches(path):
+                label = labels[start : start + batch.num_rows]
+                for k, writer in enumerate(writers):
+                    if (mask := label == k).any():
+                        writer.write_batch(batch.filter(pa.array(mask)))
+                start += batch.num_rows
     except OSError as e:
         raise write_error(path.parent, e) from None
-
-
-def _route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
-    with ExitStack() as files:
-        writers = [
-            files.enter_context(
-                pa.ipc.new_stream(files.enter_context(pa.OSFile(str(out), "wb")), SCHEMA)
-            )
-            for out in outputs
-        ]
-        start = 0
-        for batch in file_batches(path):
-            label = labels[start : start + batch.num_rows]
-            for k, writer in enumerate(writers):
-                if (mask := label == k).any():
-                    writer.write_batch(batch.filter(pa.array(mask)))
-            start += batch.num_rows
 
 
 def read_batches(ds: Dataset, column: str) -> Iterator[pa.Array]:

@@ -30,6 +30,7 @@ from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolv
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_axis, make_chart, run_series, save_chart
 from tformer_cli.report.eval_run import evaluate_run
+from tformer_cli.report.exposure import fmt, pct, points
 from tformer_cli.report.picture import check_picture, escape, html_table
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
@@ -275,19 +276,11 @@ def measure(scored: Sequence[Scored], n_bootstrap: int, n_ar: int) -> Comparison
 
 # ---------------------------------------------------------------------------- render
 def value_text(value: float | None, row: MetricRow) -> str:
-    if value is None:
-        return "n/a"
-    return f"{100 * value:.2f}%" if row.share else f"{value:{row.spec}}"
+    return pct(value) if row.share else fmt(value, row.spec)
 
 
 def diff_text(value: float | None, row: MetricRow) -> str:
-    if value is None:
-        return "n/a"
-    return f"{100 * value:+.2f} pp" if row.share else f"{value:+{row.spec}}"
-
-
-def p_text(p: float) -> str:
-    return f"{p:.4f}"
+    return points(value) if row.share else fmt(value, f"+{row.spec}")
 
 
 def render_comparison(c: Comparison) -> Group:
@@ -338,7 +331,7 @@ def render_comparison(c: Comparison) -> Group:
         )
         tests.add_row(
             f"{t.metric} {t.search}", t.system, f"{t.baseline_score:.2f}", f"{t.score:.2f}",
-            f"{t.diff:+.2f}", p_text(t.p_bootstrap), p_text(t.p_ar), verdict,
+            f"{t.diff:+.2f}", f"{t.p_bootstrap:.4f}", f"{t.p_ar:.4f}", verdict,
         )  # fmt: skip
     caption = Text(
         f"baseline: {names[0]}'s score. p: the chance of a difference at least this large if"

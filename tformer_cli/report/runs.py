@@ -7,7 +7,7 @@ the current ``model.pt``), the run lock, and whether ``model.pt`` is a whole zip
 read is a row saying why (``state`` broken), never a traceback.
 
 States, in the order they are decided:
-- ``running``: a process holds the run lock (``hold_run_lock``), which the trainer takes for as
+- ``running``: a process holds the run lock (``RunLock``), which the trainer takes for as
   long as it lives. The lock is an exclusive ``flock`` on ``RUN/.lock``: the kernel drops it
   when its process ends, however it ends (SIGKILL, OOM killer, power cut), so a killed run never
   looks alive. ``is_running`` probes it without waiting and without creating the file.
@@ -30,14 +30,14 @@ interrupted with a ``model.pt``; never a broken one, nor one still training (``r
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import json
 import os
 import threading
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,11 +57,6 @@ from tformer_cli.model import Transformer
 from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.stored import StoredEval, stored_evals
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no flock, so no "running" state
-    fcntl = None  # type: ignore[assignment]
-
 LOCK = ".lock"
 LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
 TRAINING_KEYS = ("loss", "valid_loss", "skipped_update")  # records written while training
@@ -70,17 +65,17 @@ STATES = ("running", "finished", "interrupted", "broken", "imported")
 
 # ---------------------------------------------------------------------------- the run lock
 class RunLock:
-    """An exclusive ``flock`` on ``RUN/.lock``, held until ``release()`` (or the end of the
-    ``with`` block, or of the process). Within one process the lock is shared: a second
-    ``RunLock`` on the same folder (a resumed Trainer while the first still exists) counts
-    up instead of waiting for itself. The file keeps the holder's pid, for messages only: the
-    lock itself, not the file, says a run is alive, so a stale file means nothing."""
+    """An exclusive ``flock`` on ``RUN/.lock`` (made if missing), held until ``release()`` (or
+    the end of the ``with`` block, or of the object, or of the process); a ``TformerError``
+    when another live process holds it after ``wait`` seconds. Within one process the lock is
+    shared: a second ``RunLock`` on the same folder (a resumed Trainer while the first still
+    exists) counts up instead of waiting for itself. The file keeps the holder's pid, for
+    messages only: the lock itself, not the file, says a run is alive, so a stale file means
+    nothing."""
 
     def __init__(self, run_dir: Path, wait: float = LOCK_WAIT) -> None:
         self.path = run_dir / LOCK
         self._key: str | None = None
-        if fcntl is None:
-            return
         key = str(self.path.resolve())
         with _HELD_GUARD:
             if key in _HELD:
@@ -141,25 +136,12 @@ def _acquire(run_dir: Path, path: Path, wait: float) -> int:
     return fd
 
 
-def lock_run(run_dir: Path, wait: float = LOCK_WAIT) -> RunLock:
-    """Take the run lock of ``run_dir`` (made if missing) for the caller's lifetime: keep the
-    returned object (or call ``release()``). Raises ``TformerError`` when another live process
-    holds it after ``wait`` seconds."""
-    return RunLock(run_dir, wait)
-
-
-@contextmanager
-def hold_run_lock(run_dir: Path, wait: float = LOCK_WAIT) -> Iterator[RunLock]:
-    """``with hold_run_lock(run_dir):`` the run shows as running until the block ends."""
-    with RunLock(run_dir, wait) as lock:
-        yield lock
+lock_run = RunLock  # the trainer's name for taking it: ``lock = lock_run(run_dir)``
 
 
 def is_running(run_dir: Path) -> bool:
     """Whether a live process holds the run lock: a non-blocking shared ``flock`` probe that
     fails only while an exclusive lock is held. Creates nothing."""
-    if fcntl is None:
-        return False
     try:
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
     except OSError:
@@ -328,31 +310,35 @@ def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
     ``details`` False: its state without the model's size and test scores (``pick``)."""
     ts = latest_write(run_dir)
     updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
-    info: dict[str, Any] = dict(name=run_dir.name, path=str(run_dir), updated=updated)
-    info["updated_ts"] = ts
+    info: dict[str, Any] = dict(
+        name=run_dir.name, path=str(run_dir), updated=updated, updated_ts=ts
+    )
     running = is_running(run_dir)
     pid = lock_holder(run_dir) if running else None
+
+    def running_or_broken(why: str, doing: str = "training") -> RunInfo:
+        """Its row while a process holds the lock, else a broken one saying ``why``."""
+        if running:
+            detail = f"{doing}, pid {pid}" if pid else doing
+            return RunInfo(state="running", detail=detail, pid=pid, **info)
+        return RunInfo(state="broken", detail=why, **info)
+
     try:
         config = RunConfig.load(run_dir)
-    except TformerError as e:
-        if running:  # before its config.json is written (tokenizer, data cache)
-            return RunInfo(state="running", detail=running_detail(pid, "setting up"), pid=pid,
-                           **info)  # fmt: skip
-        return RunInfo(state="broken", detail=str(e), **info)
+    except TformerError as e:  # while running: before its config.json is written
+        return running_or_broken(str(e), "setting up")
     if details:
         info.update(settings(config))
     try:
         records = read_log(run_dir)
     except TformerError as e:
-        if running:
-            return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
-        return RunInfo(state="broken", detail=str(e), **info)
+        return running_or_broken(str(e))
     end = stop_record(records)
     info.update(progress(records, end))
     if details:
         info.update(scores_on_test(run_dir, config.train, end))
     if running:
-        return RunInfo(state="running", detail=running_detail(pid), pid=pid, **info)
+        return running_or_broken("")
     return RunInfo(**info, **stopped_state(run_dir, end, config.imported_from))
 
 
@@ -436,10 +422,6 @@ def stopped_state(
     if not (run_dir / "last.pt").is_file():
         how += " before its first save (resumes from step 0)"
     return dict(state="interrupted", detail=how, resume=f"tformer train --resume {run_dir}")
-
-
-def running_detail(pid: int | None, doing: str = "training") -> str:
-    return f"{doing}, pid {pid}" if pid else doing
 
 
 def run_folders(runs_dir: Path) -> list[Path]:
