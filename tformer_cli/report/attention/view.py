@@ -60,12 +60,16 @@ def _parse_index(
     return number - 1
 
 
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+
+
 def check_selection(
     kind: str, layer: str, head: str, n_layers: int, n_heads: int
 ) -> tuple[int | str, int | str]:
     """Validate ``--kind/--layer/--head`` before any work: (layer, head) 0-based or a word."""
-    if kind not in KINDS:
-        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    check_kind(kind)
     stack = "encoder" if kind == "encoder" else "decoder"
     return (
         _parse_index(layer, n_layers, "layer", f"{stack} layers", ("last", "all")),
@@ -217,8 +221,7 @@ def inspect_attention(
     and write the picture (``save``: .svg, .html or .png) and JSON asked for. Bad options fail
     before any work."""
     kind = request.kind
-    if kind not in KINDS:
-        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    check_kind(kind)
     check_picture(save)
     run = load_run(choose_run(model_dir), request.device, request.precision)
     n_layers = len(run.model.encoder if kind == "encoder" else run.model.decoder)
