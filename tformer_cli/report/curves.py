@@ -462,19 +462,11 @@ def chart_html(chart: Chart, intro: str = "") -> str:
 # ---------------------------------------------------------------------------- PNG
 def chart_png(chart: Chart, path: Path) -> None:
     """Draw the chart with matplotlib (the ``plot`` extra) into ``path``, panels two per row."""
-    plt = picture.require_matplotlib()
     per_row = 1 if len(chart.panels) < 2 else 2
-    rows = max(1, math.ceil(len(chart.panels) / per_row))
-    fig, axes = plt.subplots(
-        rows, per_row, figsize=(6.2 * per_row, 3.2 * rows), squeeze=False, constrained_layout=True
-    )
+    fig, _, axes = picture.png_panels(len(chart.panels), per_row, (6.2, 3.2))
     labels = chart.labels
     colour_of = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
-    for k, ax in enumerate(axes.flat):
-        if k >= len(chart.panels):
-            ax.axis("off")
-            continue
-        panel = chart.panels[k]
+    for panel, ax in zip(chart.panels, axes, strict=True):
         for line in panel.lines:
             xs, ys = zip(*line.points, strict=True)
             marker = "o" if panel.spec.markers or len(xs) == 1 else None
@@ -489,8 +481,7 @@ def chart_png(chart: Chart, path: Path) -> None:
             ax.legend(fontsize=8)
     if chart.title:
         fig.suptitle(chart.title, fontsize=11)
-    fig.savefig(path, dpi=130, format="png")
-    plt.close(fig)
+    picture.save_png(fig, path, 130)
 
 
 # ---------------------------------------------------------------------------- saving

@@ -4,9 +4,11 @@ PNG (the optional ``plot`` extra), and a ``--save`` file written as its suffix s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from xml.sax.saxutils import escape  # SVG and HTML text: & < > escaped
 
 from tformer_cli.errors import TformerError
@@ -93,6 +95,27 @@ def require_matplotlib() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def png_panels(
+    n: int, per_row: int, panel: tuple[float, float], margin: tuple[float, float] = (0.0, 0.0)
+) -> tuple[Any, Any, list[Any]]:
+    """A matplotlib figure for ``n`` panels, ``per_row`` to a row, each ``panel`` inches wide
+    and high (``margin`` more for the whole), the grid's spare axes off: the figure, its grid
+    of axes, and the ``n`` axes in order."""
+    rows = max(1, math.ceil(n / per_row))
+    size = (panel[0] * per_row + margin[0], panel[1] * rows + margin[1])
+    plt = require_matplotlib()
+    fig, axes = plt.subplots(rows, per_row, figsize=size, squeeze=False, constrained_layout=True)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes, list(axes.flat[:n])
+
+
+def save_png(fig: Any, path: Path, dpi: int) -> None:
+    """Write the figure to ``path`` as PNG and free it."""
+    fig.savefig(path, dpi=dpi, format="png")
+    require_matplotlib().close(fig)
 
 
 # ---------------------------------------------------------------------------- saving

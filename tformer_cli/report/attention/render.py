@@ -266,38 +266,28 @@ def view_html(
 # ---------------------------------------------------------------------------- PNG / JSON
 def view_png(view: View, path: Path, source: str = "", translation: str = "") -> None:
     """Draw the view with matplotlib (the ``plot`` extra) into ``path``."""
-    plt = picture.require_matplotlib()
     rows, cols = view.row_labels, view.col_labels
-    n = len(view.panels)
     per_row = view.columns(4)
-    grid_rows = math.ceil(n / per_row)
     size = (0.3 * len(cols) + 1.8, 0.3 * len(rows) + 1.6)
-    fig, axes = plt.subplots(
-        grid_rows, per_row, figsize=(size[0] * per_row + 1.2, size[1] * grid_rows + 1.0),
-        squeeze=False, constrained_layout=True,
-    )  # fmt: skip
+    fig, grid, axes = picture.png_panels(len(view.panels), per_row, size, (1.2, 1.0))
     image = None
-    for k, ax in enumerate(axes.flat):
-        if k >= n:
-            ax.axis("off")
-            continue
-        w = view.panels[k].weights.numpy()
+    for k, (panel, ax) in enumerate(zip(view.panels, axes, strict=True)):
+        w = panel.weights.numpy()
         image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="equal")
         ax.scatter(w.argmax(axis=1), range(len(rows)), s=12, c="white", edgecolors="black")
         ax.set_xticks(range(len(cols)), cols, rotation=60, ha="left", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.xaxis.tick_top()
-        ax.set_xlabel(view.panels[k].title, fontsize=9, fontweight="bold")
+        ax.set_xlabel(panel.title, fontsize=9, fontweight="bold")
         if k % per_row == 0:
             ax.set_ylabel(axis_names(view.kind)[0], fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (dot: strongest per row)")
+    fig.colorbar(image, ax=grid, shrink=0.6, label="attention weight (dot: strongest per row)")
     lines = [view.title, f"columns: {axis_names(view.kind)[1]}"]
     lines += [
         f"{name}: {text}" for name, text in (("source", source), ("translation", translation))
     ]
     fig.suptitle("\n".join(lines), fontsize=9)
-    fig.savefig(path, dpi=150, format="png")
-    plt.close(fig)
+    picture.save_png(fig, path, 150)
 
 
 def to_json(maps: AttentionMaps, rows: Sequence[HeadRow] = (), extra: dict | None = None) -> str:
