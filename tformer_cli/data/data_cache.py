@@ -138,7 +138,7 @@ def read_split(path: Path) -> Split:
         if table.schema != ENCODED_SCHEMA:
             raise pa.ArrowInvalid(f"schema {table.schema} is not {ENCODED_SCHEMA}")
         src, tgt, refs = (
-            ArrowColumn(table.column(name).chunks, file=file) for name in ENCODED_SCHEMA.names
+            ArrowColumn(table.column(name).chunks, file) for name in ENCODED_SCHEMA.names
         )
         return Split(src, tgt, refs)
     except (OSError, pa.ArrowInvalid) as e:

@@ -44,16 +44,13 @@ class MappedFile:
 
 
 class ArrowColumn(Sequence[T]):
-    """Rows of a column of Arrow arrays (the record batches of a memory-mapped ``file``, or in
-    memory), through an optional row index ``rows``: ``list[int]`` for a list<int32> column
-    (token ids), ``str`` for a string column (references). Indexing reads the file; slicing and
-    ``take`` make views."""
+    """Rows of a column of Arrow arrays (the record batches of a memory-mapped ``file``),
+    through an optional row index ``rows``: ``list[int]`` for a list<int32> column (token ids),
+    ``str`` for a string column (references). Indexing reads the file; slicing and ``take``
+    make views."""
 
     def __init__(
-        self,
-        chunks: Sequence[pa.Array],
-        rows: np.ndarray | None = None,
-        file: MappedFile | None = None,
+        self, chunks: Sequence[pa.Array], file: MappedFile, rows: np.ndarray | None = None
     ) -> None:
         self.chunks = list(chunks)
         sizes = [len(c) for c in self.chunks]
@@ -71,10 +68,7 @@ class ArrowColumn(Sequence[T]):
         if not pa.types.is_list(chunk.type):
             return chunk[i].as_py()
         offsets = self._offsets(k)  # token ids: a slice of the flat values
-        start, stop = int(offsets[i]), int(offsets[i + 1])
-        if self.file is None:
-            return chunk.values.to_numpy()[start:stop].tolist()  # type: ignore[no-any-return]
-        return self.file.int32s(chunk.values, start, stop)  # type: ignore[return-value]
+        return self.file.int32s(chunk.values, int(offsets[i]), int(offsets[i + 1]))  # type: ignore[return-value]
 
     def _offsets(self, k: int) -> np.ndarray:
         """Chunk k's offsets, a numpy view of the file (no copy)."""
@@ -107,7 +101,7 @@ class ArrowColumn(Sequence[T]):
         """A view of the rows at ``rows``, in that order."""
         picked = np.asarray(rows, dtype=np.int64)
         return ArrowColumn(
-            self.chunks, picked if self.rows is None else self.rows[picked], self.file
+            self.chunks, self.file, picked if self.rows is None else self.rows[picked]
         )
 
     def lengths(self) -> np.ndarray:
