@@ -3,6 +3,7 @@ by side, sacrebleu's own paired tests, reuse of stored evaluations, and the over
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -19,7 +20,7 @@ from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report.compare import compare_runs, paired_tests, render_comparison
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.request import EvalRequest, keyed
 from tformer_cli.report.stored import EVALS
 
 CFG = EvalConfig(DecodeConfig(beam=2))
@@ -42,11 +43,11 @@ def two_runs(tmp_path, make_run, tiny_corpus):
     return runs
 
 
-def compare(runs, data=None, limit=None, keep=True, **options):
+def compare(runs, data=None, limit=None, keep=True, config=CFG, **options):
     """``compare_runs`` as the command calls it (results kept), on the CPU, one thread."""
     console = Console(file=io.StringIO(), width=160, color_system=None)
     err = Console(file=io.StringIO())
-    asked = EvalRequest(data=data, limit=limit, config=CFG, device="cpu", threads=1)
+    asked = EvalRequest(data=data, limit=limit, config=config, device="cpu", threads=1)
     options = {"quiet": True, "n_ar": N_AR, **options}
     result = compare_runs(runs, console, asked, keep=keep, err=err, **options)
     return result, console.file.getvalue()
@@ -111,6 +112,16 @@ def test_a_current_stored_result_is_reused_and_a_stale_one_is_not(two_runs, make
     third, _ = compare(two_runs)
     assert [s.reused for s in third.runs] == [True, False]
     assert len(list((two_runs[1] / EVALS).glob("*.json"))) == 2
+
+
+def test_an_eval_result_is_reused_whatever_seed_a_search_that_draws_nothing_was_given(two_runs):
+    compare(two_runs)
+    reseeded = EvalConfig(dataclasses.replace(CFG.search, seed=1234))  # as eval passes its seed
+    again, _ = compare(two_runs, config=reseeded)
+    assert [s.reused for s in again.runs] == [True, True]
+    drawn = EvalConfig(dataclasses.replace(CFG.search, beam=1, mbr=2, seed=1234))
+    assert EvalRequest(config=drawn).config.search.seed == 1234
+    assert keyed(drawn) == drawn and keyed(reseeded) != reseeded  # draws keep their seed
 
 
 def test_paired_tests_match_sacrebleu_on_outputs_that_differ():

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -18,6 +18,15 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
 from tformer_cli.report.evaluation import EvalConfig
 from tformer_cli.report.stored import DTYPE_KEYS, EvalKey
+
+
+def keyed(config: EvalConfig) -> EvalConfig:
+    """``config`` as its numbers depend on it: a search that draws nothing (no sampling, no
+    minimum Bayes risk over samples) never reads its seed, so eval's and compare's results of
+    the same search share one key whatever seed each passed."""
+    search = config.search
+    draws = search.sampling is not None or (search.mbr > 0 and search.mbr_from == "sample")
+    return config if draws else replace(config, search=replace(search, seed=0))
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,6 @@ class EvalRequest:
             self.limit,
             "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
             device.type,
-            self.config,
+            keyed(self.config),
             self.engine,
         )
