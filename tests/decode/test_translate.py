@@ -1,7 +1,11 @@
 """Tests for tformer_cli.decode.translate: token lists translated in batches and in input order,
-blank inputs, sources too long, and minimum Bayes risk reranking."""
+blank inputs, sources too long, minimum Bayes risk reranking, and the depth of the calls from
+the Python API down to the model."""
 
 from __future__ import annotations
+
+import traceback
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +57,30 @@ def test_mbr_over_one_candidate_or_identical_ones_returns_it():
     texts, hyps = mbr_rerank(["q w e r", "a b c", "a b c"], three, "chrf")  # the consensus
     assert texts[0] == "a b c" and hyps[0].tokens == [1] and hyps[-1].tokens == [0]
     assert hyps[0].score == max(h.score for h in hyps)
+
+
+# Calls from ``Run.translate`` to ``Transformer.decode`` with ``compile`` off: the tformer frames
+# on the stack when the model decodes, from Run.translate, translate_texts, translate_sources,
+# translate_ids, search and the greedy or beam loop to Rows.logprobs and the eager DecodeStep
+CALL_DEPTH = 8
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_reaches_the_model_through_few_tformer_frames(tmp_path, make_run, beam):
+    import tformer_cli as tformer
+    from tformer_cli.model import Transformer
+
+    package = str(Path(tformer.__file__).parent)
+    run = tformer.load(str(make_run(tmp_path / "run")[0]), device="cpu", compile="off")
+    stacks, decode = [], Transformer.decode
+
+    def recorded(self, *args, **kwargs):
+        stacks.append([f for f in traceback.extract_stack() if f.filename.startswith(package)])
+        return decode(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Transformer, "decode", recorded)
+        run.translate("red blue", beam=beam)
+    frames = [f.name for f in stacks[0]]
+    frames = frames[frames.index("translate") :]  # pytest's own frames above it
+    assert len(frames) <= CALL_DEPTH, frames
