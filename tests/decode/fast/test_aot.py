@@ -54,8 +54,8 @@ def test_the_one_beam_library_makes_greedy_choices_and_serves_sampling(
     """Greedy's choice runs inside the library (``min_len`` banning ``</s>`` there too);
     sampling reads the same library's log-probs and draws in Python: both as eager."""
     fused = []
-    greedy = aot.AotStep.greedy
-    monkeypatch.setattr(aot.AotStep, "greedy", lambda *a: fused.append(1) or greedy(*a))
+    greedy = CpuStep.greedy  # the search's call for a step that makes greedy's choice
+    monkeypatch.setattr(CpuStep, "greedy", lambda *a: fused.append(1) or greedy(*a))
     src = sources(4, trained_model.cfg.vocab_size, seed=29)
     cfg = DecodeConfig(max_len_a=0, max_len_b=10, min_len=6)
     eager = search(trained_model, src, cfg, compile="off")
