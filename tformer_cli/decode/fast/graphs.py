@@ -42,7 +42,18 @@ class CudaGraphs(FastStep):
         return graph(tokens, rows)
 
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        return self.pooled(super().start(src, beams, max_len))
+        """The bucketed cache copied into the buffers kept for its shape (so graphs captured on
+        them in an earlier batch replay as they are), or kept as those buffers if none are yet."""
+        cache = super().start(src, beams, max_len)
+        kept = self.pool.setdefault(
+            self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0)), cache
+        )
+        if kept is not cache:
+            kept.cross_kv.copy_(cache.cross_kv)
+            kept.src_mask.copy_(cache.src_mask)
+            kept.pos.zero_()
+            kept.span = cache.span
+        return kept
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` and ``sentences``, in the buffers kept for that shape."""
@@ -52,20 +63,6 @@ class CudaGraphs(FastStep):
 
     def key(self, cache: DecoderCache, rows: int, sentences: int) -> tuple:
         return (rows, sentences, cache.self_kv.size(4), cache.cross_kv.size(4))  # R, B', T, S
-
-    def pooled(self, cache: DecoderCache) -> DecoderCache:
-        """``cache`` copied into the buffers kept for its shape (so graphs captured on them in
-        an earlier batch replay as they are), or kept as those buffers if none are yet."""
-        key = self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0))
-        kept = self.pool.get(key)
-        if kept is None:
-            self.pool[key] = cache
-            return cache
-        kept.cross_kv.copy_(cache.cross_kv)
-        kept.src_mask.copy_(cache.src_mask)
-        kept.pos.zero_()
-        kept.span = cache.span
-        return kept
 
 
 class _Graph:
