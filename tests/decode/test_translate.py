@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.decode.test_search import CFG, as_src
+from tests.decode.test_search import CFG, as_src, greedy
 from tformer_cli.decode.reference import Hypothesis
-from tformer_cli.decode.search import greedy_search
 from tformer_cli.decode.translate import Batching, mbr_rerank, translate_ids
 from tformer_cli.errors import TformerError
 
@@ -22,7 +21,7 @@ def test_translate_ids_returns_results_in_input_order(trained_model, max_tokens)
     results = translate_ids(trained_model, sources, CFG, Batching(max_tokens=max_tokens))
     assert len(results) == len(sources)
     for s, r in zip(sources, results, strict=True):
-        (alone,) = greedy_search(trained_model, as_src([s]), CFG)
+        (alone,) = greedy(trained_model, as_src([s]), CFG)
         assert r.hypotheses[0].tokens == alone.tokens
 
 
@@ -34,7 +33,7 @@ def test_a_blank_input_gets_an_empty_translation_and_the_others_keep_their_place
     results = translate_ids(trained_model, sources, CFG, on_batch=done.append)
     assert results[1].hypotheses[0].tokens == [] and sum(done) == 3
     for i in (0, 2):
-        (alone,) = greedy_search(trained_model, as_src([sources[i]]), CFG)
+        (alone,) = greedy(trained_model, as_src([sources[i]]), CFG)
         assert results[i].hypotheses[0].tokens == alone.tokens
 
 

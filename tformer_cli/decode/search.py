@@ -208,17 +208,6 @@ def begin(
     return state, padded_to(limits, state.sentences), y
 
 
-def greedy_hypotheses(y: Tensor, logprob: Tensor, steps: Tensor, B: int) -> list[Hypothesis]:
-    """The first B rows of a greedy search's results as hypotheses: y (R, T+1) holds ``<s>``
-    and ``steps`` (R,) tokens, ``</s>`` included if it ended the row."""
-    ended = y.gather(1, steps[:, None]).squeeze(1) == EOS_ID  # (R,)
-    rows = (x[:B].tolist() for x in (y, logprob, steps, ended))
-    return [
-        Hypothesis(tokens[1 : n + 1 - eos], lp, lp, eos)
-        for tokens, lp, n, eos in zip(*rows, strict=True)
-    ]
-
-
 @torch.inference_mode()
 def greedy_search(
     model: Models,
@@ -228,10 +217,11 @@ def greedy_search(
     compile: str = "auto",
     generator: torch.Generator | None = None,
     observe: Callable[[Tensor, Tensor, Tensor], None] | None = None,
-) -> list[Hypothesis]:
-    """Pick the most probable next token (or, with ``cfg.sampling``, draw it with
-    ``generator``) until ``</s>`` or the length limit, for a batch src (B, S): the batched
-    ``reference.greedy_search``.
+) -> list[list[Hypothesis]]:
+    """Pick the most probable next token until ``</s>`` or the length limit, for a batch src
+    (B, S): the batched ``reference.greedy_search``, a hypothesis per sentence; or with
+    ``cfg.sampling`` draw it with ``generator`` (default: one seeded with ``cfg.seed``),
+    ``cfg.nbest`` samples per sentence.
 
     With the cache each step feeds only the newest token; without it the whole prefix is
     decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
@@ -240,6 +230,11 @@ def greedy_search(
     ``score``) is the model's own, whatever truncation the sampling applied. ``observe(logp,
     token, alive)`` sees each step (the step-through view, ``trace.py``).
     """
+    n = cfg.nbest if cfg.sampling is not None else 1  # rows per sentence: a row per sample
+    if n > 1:
+        src = src.repeat_interleave(n, 0)  # each sentence n times
+    if cfg.sampling is not None and generator is None:
+        generator = torch.Generator(src.device).manual_seed(cfg.seed)
     B, device = src.size(0), src.device
     state, limits, y = begin(as_list(model), src, cfg, 1, use_cache, compile)  # y: <s> y_1 .. y_T
     R, T_max = y.shape[0], y.shape[1] - 1  # R >= B: rows past B copy real ones
@@ -271,7 +266,9 @@ def greedy_search(
         y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
         alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
     put_back(done, row_of, torch.arange(y.size(0), device=device), (y, logprob, steps))
-    return greedy_hypotheses(*done, B)
+    y, logprob, steps = (x[:B].view(B // n, n, *x.shape[1:]) for x in done)  # by sentence
+    eos = y.gather(2, steps[..., None]).squeeze(2) == EOS_ID  # (B / n, n): </s> ended it
+    return Finished(logprob, y, logprob, steps - eos.long(), eos).hypotheses(B // n, n)
 
 
 class Finished(NamedTuple):
@@ -418,12 +415,6 @@ def search(
     On the CPU a search of very few rows runs on one thread (``search_threads``)."""
     n = cfg.nbest if cfg.sampling is not None else cfg.beam  # rows per sentence
     with search_threads(src.device, src.size(0) * n):
-        if cfg.sampling is not None:
-            if generator is None:
-                generator = torch.Generator(src.device).manual_seed(cfg.seed)
-            src = src.repeat_interleave(n, 0)  # each sentence n times: a row per sample
-            rows = greedy_search(model, src, cfg, use_cache, compile, generator)
-            return [rows[i * n : (i + 1) * n] for i in range(src.size(0) // n)]
         if cfg.beam == 1:
-            return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
+            return greedy_search(model, src, cfg, use_cache, compile, generator)
         return beam_search(model, src, cfg, use_cache, compile)
