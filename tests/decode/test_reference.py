@@ -8,11 +8,11 @@ import itertools
 import pytest
 
 from tests.decode.conftest import random_sources
-from tests.decode.test_search import CFG, as_src, never_eos, teacher_forced_logprob
+from tests.decode.test_search import CFG, as_src, greedy, never_eos, teacher_forced_logprob
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID
 from tformer_cli.decode import reference
-from tformer_cli.decode.search import beam_search, greedy_search
+from tformer_cli.decode.search import beam_search
 
 
 def test_reference_greedy_logprob_is_the_teacher_forced_sum(trained_model):
@@ -72,7 +72,7 @@ def test_cached_greedy_equals_the_batched_search(trained_model, cfg):
     """The one-sentence greedy with the KV cache against the batched, cached search: the same
     tokens, ends and log-probabilities; sentences finish at different steps."""
     sources = random_sources(8, seed=5)
-    hyps = greedy_search(trained_model, as_src(sources), cfg)
+    hyps = greedy(trained_model, as_src(sources), cfg)
     assert len({(len(h.tokens), h.finished) for h in hyps}) >= 3
     for s, h in zip(sources, hyps, strict=True):
         ours = reference.greedy_search_cached(trained_model, s, cfg)

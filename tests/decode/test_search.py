@@ -14,6 +14,7 @@ from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tformer_cli.decode import reference
+from tformer_cli.decode.reference import Hypothesis
 from tformer_cli.decode.search import (
     Rows,
     beam_search,
@@ -26,6 +27,11 @@ from tformer_cli.errors import TformerError
 from tformer_cli.model import Transformer
 
 CFG = DecodeConfig(max_len_a=1.0, max_len_b=3)
+
+
+def greedy(*args, **kwargs) -> list[Hypothesis]:
+    """``greedy_search``'s hypothesis of each sentence."""
+    return [h for (h,) in greedy_search(*args, **kwargs)]
 
 
 def as_src(sources: list[list[int]]) -> torch.Tensor:
@@ -44,7 +50,7 @@ def teacher_forced_logprob(model: Transformer, src_row: list[int], tokens, finis
 
 # ---------------------------------------------------------------------------- greedy
 def test_trained_fixture_finishes_sentences_at_different_steps(trained_model):
-    hyps = greedy_search(trained_model, as_src(random_sources(8, seed=2)), CFG)
+    hyps = greedy(trained_model, as_src(random_sources(8, seed=2)), CFG)
     assert sum(h.finished for h in hyps) >= 4
     assert len({len(h.tokens) for h in hyps if h.finished}) >= 3
 
@@ -57,7 +63,7 @@ def test_greedy_equals_the_reference_loop(trained_model, tiny_model, which, cfg)
     model = trained_model if which == "trained" else tiny_model(seed=8)
     sources = random_sources(6, seed=3)
     for use_cache in (True, False):
-        hyps = greedy_search(model, as_src(sources), cfg, use_cache=use_cache)
+        hyps = greedy(model, as_src(sources), cfg, use_cache=use_cache)
         for s, h in zip(sources, hyps, strict=True):
             ref = reference.greedy_search(model, s, cfg)
             assert (h.tokens, h.finished) == (ref.tokens, ref.finished)
@@ -68,8 +74,8 @@ def test_greedy_equals_the_reference_loop(trained_model, tiny_model, which, cfg)
 def test_greedy_with_cache_equals_greedy_without_cache(trained_model, tiny_model, which):
     model = trained_model if which == "trained" else tiny_model(seed=1)
     src = as_src(random_sources(7, seed=4))
-    cached = greedy_search(model, src, CFG, use_cache=True)
-    plain = greedy_search(model, src, CFG, use_cache=False)
+    cached = greedy(model, src, CFG, use_cache=True)
+    plain = greedy(model, src, CFG, use_cache=False)
     assert [h.tokens for h in cached] == [h.tokens for h in plain]
     assert [h.finished for h in cached] == [h.finished for h in plain]
     for a, b in zip(cached, plain, strict=True):
@@ -79,16 +85,16 @@ def test_greedy_with_cache_equals_greedy_without_cache(trained_model, tiny_model
 
 def test_batched_greedy_equals_one_sentence_at_a_time(trained_model):
     sources = random_sources(8, seed=5)
-    batched = greedy_search(trained_model, as_src(sources), CFG)
+    batched = greedy(trained_model, as_src(sources), CFG)
     for s, h in zip(sources, batched, strict=True):
-        (alone,) = greedy_search(trained_model, as_src([s]), CFG)
+        (alone,) = greedy(trained_model, as_src([s]), CFG)
         assert (alone.tokens, alone.finished) == (h.tokens, h.finished)
         assert alone.logprob == pytest.approx(h.logprob, abs=1e-4)
 
 
 def test_greedy_logprob_equals_teacher_forced_sum(trained_model):
     sources = random_sources(8, seed=6)
-    hyps = greedy_search(trained_model, as_src(sources), CFG)
+    hyps = greedy(trained_model, as_src(sources), CFG)
     assert any(h.finished for h in hyps) and any(h.tokens for h in hyps)
     for s, h in zip(sources, hyps, strict=True):
         expected = teacher_forced_logprob(trained_model, s, h.tokens, h.finished)
@@ -109,7 +115,7 @@ def test_length_limit_a_times_src_plus_b_is_respected_exactly(tiny_model):
     cfg = DecodeConfig(max_len_a=1.5, max_len_b=2)
     sources = [[4, 5], [6, 7, 8], [9], [10, 11, 12, 13, 14]]
     # |src| counts </s>: 3, 4, 2, 6 tokens -> int(1.5 * n + 2) = 6, 8, 5, 11
-    hyps = greedy_search(model, as_src(sources), cfg)
+    hyps = greedy(model, as_src(sources), cfg)
     assert [len(h.tokens) for h in hyps] == [6, 8, 5, 11]
     assert not any(h.finished for h in hyps)
     assert EOS_ID not in [t for h in hyps for t in h.tokens]
@@ -120,7 +126,7 @@ def test_length_limit_a_times_src_plus_b_is_respected_exactly(tiny_model):
 
 def test_length_limit_is_capped_by_max_positions(tiny_model):
     model = never_eos(tiny_model(seed=3, max_positions=8))
-    (h,) = greedy_search(model, as_src([[4, 5]]), DecodeConfig(max_len_a=2.0, max_len_b=50))
+    (h,) = greedy(model, as_src([[4, 5]]), DecodeConfig(max_len_a=2.0, max_len_b=50))
     assert len(h.tokens) == 7 and not h.finished
 
 
@@ -137,7 +143,7 @@ def test_greedy_never_generates_pad_or_bos(tiny_model):
     bias = torch.zeros(40)
     bias[PAD_ID] = bias[BOS_ID] = 1e3  # the model's favourite tokens, yet never generated
     model.generator.register_forward_hook(lambda m, inp, out: out + bias)
-    hyps = greedy_search(model, as_src([[4, 5, 6], [7]]), CFG)
+    hyps = greedy(model, as_src([[4, 5, 6], [7]]), CFG)
     tokens = [t for h in hyps for t in h.tokens]
     assert tokens and PAD_ID not in tokens and BOS_ID not in tokens
 
@@ -145,10 +151,10 @@ def test_greedy_never_generates_pad_or_bos(tiny_model):
 # ---------------------------------------------------------------------------- beam
 def test_beam_size_one_equals_greedy(trained_model):
     src = as_src(random_sources(6, seed=7))
-    greedy = greedy_search(trained_model, src, CFG)
+    argmax = greedy(trained_model, src, CFG)
     beam = beam_search(trained_model, src, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3))
-    assert [b[0].tokens for b in beam] == [g.tokens for g in greedy]
-    assert [b[0].logprob for b in beam] == pytest.approx([g.logprob for g in greedy], abs=1e-4)
+    assert [b[0].tokens for b in beam] == [g.tokens for g in argmax]
+    assert [b[0].logprob for b in beam] == pytest.approx([g.logprob for g in argmax], abs=1e-4)
 
 
 @pytest.mark.parametrize("which", ["trained", "random"])
@@ -225,9 +231,9 @@ def sampled(model, src, seed: int = 5, use_cache: bool = True, **settings) -> li
 
 def test_sampling_at_a_vanishing_temperature_or_top_k_one_is_greedy(trained_model):
     src = as_src(random_sources(12, seed=40))
-    greedy = [h.tokens for h in greedy_search(trained_model, src, CFG)]
-    assert sampled(trained_model, src, temperature=1e-4) == greedy
-    assert sampled(trained_model, src, top_k=1) == greedy
+    argmax = [h.tokens for h in greedy(trained_model, src, CFG)]
+    assert sampled(trained_model, src, temperature=1e-4) == argmax
+    assert sampled(trained_model, src, top_k=1) == argmax
     assert sampled(trained_model, src, temperature=3.0) != greedy  # it does sample
 
 

@@ -18,7 +18,7 @@ from tformer_cli.decode.fast.buckets import EAGER, GRAPHS, Buckets, FastStep
 from tformer_cli.decode.fast.cpu import CpuStep
 from tformer_cli.decode.fast.graphs import uses_cuda_graphs
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import DecodeStep
+from tformer_cli.decode.step import DecodeStep, make_step
 from tformer_cli.errors import TformerError
 from tformer_cli.model import fast as model_fast
 from tformer_cli.model.quantize import quantize_int8
@@ -51,12 +51,12 @@ def test_buckets_round_rows_up_to_powers_of_two_only_where_shapes_cost():
 
 def test_on_the_cpu_auto_and_on_may_compile_ahead_of_time_and_off_is_eager(tiny_model):
     model = tiny_model(seed=1).eval()
-    steps = [DecodeStep(model, mode) for mode in MODES]
-    ways = [step.fast.mode if isinstance(step.fast, CpuStep) else step.fast for step in steps]
-    assert ways == [mode if mode != "off" else None for mode in MODES]
+    steps = [make_step(model, mode) for mode in MODES]
+    ways = [step.mode if isinstance(step, CpuStep) else type(step) for step in steps]
+    assert ways == [mode if mode != "off" else DecodeStep for mode in MODES]
     assert all(step.buckets == EAGER for step in steps)  # no graphs
     with pytest.raises(TformerError, match="unknown --compile"):
-        DecodeStep(model, "sometimes")
+        make_step(model, "sometimes")
 
 
 def test_auto_and_on_capture_cuda_graphs_on_cuda_and_off_does_not():
@@ -84,10 +84,10 @@ def test_bucketed_rows_and_lengths_give_the_exact_sizes_results(tiny_model, beam
     src = sources(5, model.cfg.vocab_size, seed=4)
     cfg = DecodeConfig(beam=beam, nbest=beam)
     exact = search(model, src, cfg, compile="off")
-    monkeypatch.setattr(fast, "choose", lambda model, mode, eager, notice: Bucketed(eager))
+    monkeypatch.setattr(fast, "choose", lambda eager, mode, notice: Bucketed(eager))
     twin = copy.deepcopy(model)  # a step of its own, chosen anew
     padded = search(twin, src, cfg, compile="off")
-    assert max(DecodeStep.of(twin, "off").fast.rows) == 8 * beam  # 5 sentences: a bucket of 8
+    assert max(DecodeStep.of(twin, "off").rows) == 8 * beam  # 5 sentences: a bucket of 8
     assert_same_search(exact, padded, atol=1e-5)
 
 
@@ -97,7 +97,8 @@ class Bucketed(FastStep):
     buckets = GRAPHS
 
     def __init__(self, eager):
-        self.eager, self.rows = eager, set()
+        super().__init__(eager)
+        self.rows = set()
 
     def __call__(self, tokens, cache, rows):
         self.rows.add(cache.self_kv.size(2))

@@ -16,7 +16,7 @@ from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.greedy import advance
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths, next_logprobs
 from tformer_cli.decode.sampling import sample_next
-from tformer_cli.decode.step import DecodeStep
+from tformer_cli.decode.step import DecodeStep, Step
 from tformer_cli.model import DecoderCache, Transformer
 
 DEFAULT = DecodeConfig()
@@ -38,7 +38,7 @@ def ensemble(logps: list[Tensor]) -> Tensor:
     return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (R, V)
 
 
-def attend_to(step: DecodeStep, cache: DecoderCache, t: int) -> None:
+def attend_to(step: Step, cache: DecoderCache, t: int) -> None:
     """Set the slots the step of token t attends to: t + 1, rounded up to the step's bucket."""
     cache.span = min(round_up(t + 1, step.buckets.span), cache.self_kv.size(4))
 
@@ -191,15 +191,21 @@ def next_tokens(
     return best, logp.gather(1, best[:, None]).squeeze(1)
 
 
-def greedy_hypotheses(y: Tensor, logprob: Tensor, steps: Tensor, B: int) -> list[Hypothesis]:
-    """The first B rows of a greedy search's results as hypotheses: y (R, T+1) holds ``<s>``
-    and ``steps`` (R,) tokens, ``</s>`` included if it ended the row."""
-    ended = y.gather(1, steps[:, None]).squeeze(1) == EOS_ID  # (R,)
-    rows = (x[:B].tolist() for x in (y, logprob, steps, ended))
-    return [
-        Hypothesis(tokens[1 : n + 1 - eos], lp, lp, eos)
-        for tokens, lp, n, eos in zip(*rows, strict=True)
-    ]
+def begin(
+    models: list[Transformer], src: Tensor, cfg: DecodeConfig, beams: int, use_cache: bool,
+    compile: str,
+) -> tuple[Rows, Tensor, Tensor]:  # fmt: skip
+    """What a search of src (B, S) with ``beams`` rows per sentence starts from: the decoder
+    state (``Rows``, B' >= B sentences), each sentence's limit on generated tokens (B',) and
+    the tokens y (B' * beams, T_max + 1) holding ``<s>``."""
+    limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
+    T_max = int(limits.max())
+    state = Rows(models, src, beams, T_max, use_cache, compile)
+    y = torch.full(
+        (state.sentences * beams, T_max + 1), PAD_ID, dtype=torch.long, device=src.device
+    )
+    y[:, 0] = BOS_ID
+    return state, padded_to(limits, state.sentences), y
 
 
 @torch.inference_mode()
@@ -210,25 +216,28 @@ def greedy_search(
     use_cache: bool = True,
     compile: str = "auto",
     generator: torch.Generator | None = None,
-) -> list[Hypothesis]:
-    """Pick the most probable next token (or, with ``cfg.sampling``, draw it with
-    ``generator``) until ``</s>`` or the length limit, for a batch src (B, S): the batched
-    ``reference.greedy_search``.
+    observe: Callable[[Tensor, Tensor, Tensor], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """Pick the most probable next token until ``</s>`` or the length limit, for a batch src
+    (B, S): the batched ``reference.greedy_search``, a hypothesis per sentence; or with
+    ``cfg.sampling`` draw it with ``generator`` (default: one seeded with ``cfg.seed``),
+    ``cfg.nbest`` samples per sentence.
 
     With the cache each step feeds only the newest token; without it the whole prefix is
     decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
     masked, until the live ones fit a smaller bucket (``survivors``); the one host transfer per
     step is the number of live rows (``LiveCount``). A hypothesis' ``logprob`` (= its
-    ``score``) is the model's own, whatever truncation the sampling applied.
+    ``score``) is the model's own, whatever truncation the sampling applied. ``observe(logp,
+    token, alive)`` sees each step (the step-through view, ``trace.py``).
     """
-    models, B, device = as_list(model), src.size(0), src.device
-    limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
-    T_max = int(limits.max())
-    state = Rows(models, src, 1, T_max, use_cache, compile)
-    R = state.sentences  # >= B: rows past B copy real ones
-    limits = padded_to(limits, R)
-    y = torch.full((R, T_max + 1), PAD_ID, dtype=torch.long, device=device)  # <s> y_1 .. y_T
-    y[:, 0] = BOS_ID
+    n = cfg.nbest if cfg.sampling is not None else 1  # rows per sentence: a row per sample
+    if n > 1:
+        src = src.repeat_interleave(n, 0)  # each sentence n times
+    if cfg.sampling is not None and generator is None:
+        generator = torch.Generator(src.device).manual_seed(cfg.seed)
+    B, device = src.size(0), src.device
+    state, limits, y = begin(as_list(model), src, cfg, 1, use_cache, compile)  # y: <s> y_1 .. y_T
+    R, T_max = y.shape[0], y.shape[1] - 1  # R >= B: rows past B copy real ones
     logprob = torch.zeros(R, device=device)
     steps = torch.zeros(R, dtype=torch.long, device=device)  # tokens generated, </s> included
     alive = torch.arange(R, device=device) < B
@@ -245,6 +254,8 @@ def greedy_search(
             best, best_logp = next_tokens(logp, cfg, generator)  # (R,), (R,)
             fused = [logp, *advance(best, best_logp, alive, logprob, steps, limits, t + 1)]
         _, y[:, t + 1], logprob, steps, alive = fused
+        if observe is not None:
+            observe(fused[0], y[:, t + 1], alive)
         if (kept := survivors(alive, count, state.bucket)) is None:
             continue
         keep, repeat = kept  # (R',), (R',)
@@ -255,7 +266,9 @@ def greedy_search(
         y, logprob, steps, limits = y[keep], logprob[keep], steps[keep], limits[keep]
         alive, row_of = alive[keep] & ~repeat, torch.where(repeat, B, row_of[keep])
     put_back(done, row_of, torch.arange(y.size(0), device=device), (y, logprob, steps))
-    return greedy_hypotheses(*done, B)
+    y, logprob, steps = (x[:B].view(B // n, n, *x.shape[1:]) for x in done)  # by sentence
+    eos = y.gather(2, steps[..., None]).squeeze(2) == EOS_ID  # (B / n, n): </s> ended it
+    return Finished(logprob, y, logprob, steps - eos.long(), eos).hypotheses(B // n, n)
 
 
 class Finished(NamedTuple):
@@ -324,6 +337,7 @@ def beam_search(
     cfg: DecodeConfig = DEFAULT,
     use_cache: bool = True,
     compile: str = "auto",
+    observe: Callable[..., None] | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
     ``logprob / lp(|Y|)``: the batched ``reference.beam_search``.
@@ -337,16 +351,12 @@ def beam_search(
     beam's best reachable normalised score is its score over lp at the length that maximises it.
     Done sentences stay, masked, until the live ones fit a smaller bucket (``survivors``); the
     one host transfer per step is the number of live sentences (``LiveCount``). Cross-attention
-    K, V stay one copy per sentence.
+    K, V stay one copy per sentence. ``observe(logp, beam, token, ends, pos, scores, done)``
+    sees each step (the step-through view, ``trace.py``).
     """
-    models, k, B, device = as_list(model), cfg.beam, src.size(0), src.device
-    limits = max_lengths(src, cfg, min(m.cfg.max_positions for m in models))  # (B,)
-    T_max = int(limits.max())
-    state = Rows(models, src, k, T_max, use_cache, compile)
-    b = state.sentences  # >= B: sentences past B copy real ones
-    limits = padded_to(limits, b)
-    y = torch.full((b * k, T_max + 1), PAD_ID, dtype=torch.long, device=device)
-    y[:, 0] = BOS_ID
+    k, B, device = cfg.beam, src.size(0), src.device
+    state, limits, y = begin(as_list(model), src, cfg, k, use_cache, compile)
+    b, T_max = state.sentences, y.shape[1] - 1  # b >= B: sentences past B copy real ones
     scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: expand only the first at step 0
     done = torch.arange(b, device=device) >= B  # (b,) the copies are done from the start
@@ -375,6 +385,8 @@ def beam_search(
         reach = length_penalty(limits.clamp(min=t + 2), cfg.alpha)  # (b,) lp's max ahead
         beaten = scores[:, 0] / reach <= fin.score[:, k - 1]  # (b,) none live beats the k-th
         done = done | at_limit | beaten
+        if observe is not None:
+            observe(logp, beam, token, ends, pos, scores, done)
         if (kept := survivors(~done, count, state.bucket)) is None:
             continue
         keep, repeat = kept  # (b',), (b',)
@@ -403,12 +415,6 @@ def search(
     On the CPU a search of very few rows runs on one thread (``search_threads``)."""
     n = cfg.nbest if cfg.sampling is not None else cfg.beam  # rows per sentence
     with search_threads(src.device, src.size(0) * n):
-        if cfg.sampling is not None:
-            if generator is None:
-                generator = torch.Generator(src.device).manual_seed(cfg.seed)
-            src = src.repeat_interleave(n, 0)  # each sentence n times: a row per sample
-            rows = greedy_search(model, src, cfg, use_cache, compile, generator)
-            return [rows[i * n : (i + 1) * n] for i in range(src.size(0) // n)]
         if cfg.beam == 1:
-            return [[h] for h in greedy_search(model, src, cfg, use_cache, compile)]
+            return greedy_search(model, src, cfg, use_cache, compile, generator)
         return beam_search(model, src, cfg, use_cache, compile)

@@ -5,7 +5,7 @@ values are read from the cache (``Transformer.decode`` with a ``DecoderCache``).
 Its shapes do not change as the output grows: the step index is the cache's ``pos`` tensor, the
 self-attention buffer is attended over a ``span`` of slots with a mask of the filled ones, and
 beam search reorders the buffer in place. So the same eager function can also run compiled or
-replayed as a graph: ``--compile`` chooses (``fast.choose``, ``decode/fast/``); ``off`` runs it
+replayed as a graph: ``--compile`` chooses (``make_step``, ``decode/fast/``); ``off`` runs it
 eagerly, as written here.
 """
 
@@ -19,31 +19,22 @@ import torch
 from torch import Tensor
 
 from tformer_cli.decode import fast
-from tformer_cli.decode.fast.buckets import EAGER
+from tformer_cli.decode.fast.buckets import EAGER, FastStep
 from tformer_cli.decode.reference import next_logprobs
 from tformer_cli.model import DecoderCache, Transformer
 
-_STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, DecodeStep]] = weakref.WeakKeyDictionary()
+_STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, Step]] = weakref.WeakKeyDictionary()
 
 
 class DecodeStep:
-    """The next-token log-probabilities of every row of a cache: ``step(tokens, cache, rows)``.
+    """The next-token log-probabilities of every row of a cache, eagerly: ``step(tokens, cache,
+    rows)``; ``start`` makes the cache and ``select`` shrinks it. A fast step (``FastStep``,
+    ``decode/fast/``) runs this one another way, with the same methods and results."""
 
-    ``compile``: ``auto``, ``on`` or ``off``, how it runs: ``fast``, the faster way chosen for
-    the model's device, or None to run ``eager``. ``on_notice`` hears the one-line notices
-    (compile time, a fallback to eager; stderr by default).
-    """
+    buckets = EAGER  # every shape exact
 
-    def __init__(
-        self,
-        model: Transformer,
-        compile: str = "auto",
-        on_notice: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, model: Transformer) -> None:
         self.model_ref = weakref.ref(model)  # kept by _STEPS under the model: no cycle to it
-        notice = on_notice or (lambda line: print(line, file=sys.stderr))
-        self.fast = fast.choose(self.model_ref, compile, self.eager, notice)
-        self.buckets = EAGER if self.fast is None else self.fast.buckets
 
     @property
     def model(self) -> Transformer:
@@ -52,31 +43,24 @@ class DecodeStep:
         return model
 
     @classmethod
-    def of(cls, model: Transformer, compile: str = "auto") -> DecodeStep:
-        """The step kept for this model and mode, so that graphs and buffers made for one batch
-        (or one call: a server's requests, a file's chunks) serve the next."""
+    def of(cls, model: Transformer, compile: str = "auto") -> Step:
+        """The step kept for this model and mode (``make_step``), so that graphs and buffers
+        made for one batch (or one call: a server's requests, a file's chunks) serve the next."""
         steps = _STEPS.setdefault(model, {})
         if compile not in steps:
-            steps[compile] = cls(model, compile)
+            steps[compile] = make_step(model, compile)
         return steps[compile]
 
-    def eager(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         """tokens (R,) at slot ``cache.pos`` -> ``next_logprobs`` (R, V), after reordering the
         cache's rows by ``rows`` (R,) if given (beam search)."""
         if rows is not None:
             cache.reorder(rows)
         return next_logprobs(self.model.decode(tokens[:, None], None, None, cache)[:, -1])
 
-    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
-        if self.fast is None:
-            return self.eager(tokens, cache, rows)
-        return self.fast(tokens, cache, rows)
-
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
         """Encode src (B, S) and return an empty cache for ``beams`` rows per sentence and
-        ``max_len`` tokens (a fast step's: its shapes rounded up to its buckets)."""
-        if self.fast is not None:
-            return self.fast.start(self.model, src, beams, max_len)
+        ``max_len`` tokens."""
         memory, src_mask = self.model.encode(src)  # (B, S, d), (B, 1, 1, S)
         cache = self.model.init_cache(memory, src_mask, max_len, beams)
         if beams > 1:  # beam search reorders the rows by gathering into a second buffer
@@ -85,14 +69,25 @@ class DecodeStep:
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` (into B) and ``sentences`` (into B'), fewer than it holds."""
-        if self.fast is None:
-            return cache.select(rows, sentences)
-        return self.fast.select(cache, rows, sentences)
+        return cache.select(rows, sentences)
 
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
     ) -> list[Tensor] | None:
-        """A fast step that makes greedy decoding's choice itself (the compiled CPU step's):
-        log-probs, then ``greedy.advance``'s token, logprob, steps and alive; else None, and
-        the search makes the choice."""
-        return None if self.fast is None else self.fast.greedy(tokens, cache, state)
+        """None: the search makes greedy decoding's choice (the compiled CPU step makes it
+        itself: log-probs, then ``greedy.advance``'s token, logprob, steps and alive)."""
+        return None
+
+
+Step = DecodeStep | FastStep
+
+
+def make_step(
+    model: Transformer, compile: str = "auto", on_notice: Callable[[str], None] | None = None
+) -> Step:
+    """A new step of ``model`` for ``compile`` (``auto``, ``on`` or ``off``): the faster way
+    ``fast.choose`` picks for the model's device, or the eager ``DecodeStep``. ``on_notice``
+    hears the one-line notices (compile time, a fallback to eager; stderr by default)."""
+    eager = DecodeStep(model)
+    notice = on_notice or (lambda line: print(line, file=sys.stderr))
+    return fast.choose(eager, compile, notice) or eager

@@ -2,11 +2,11 @@
 step (each live hypothesis, its ``top`` most probable next tokens and what became of them, and
 its cross-attention row), for teaching.
 
-The traced search runs the same cached step (``search.Rows``) and the same tensor operations as
-``search.greedy_search`` and ``search.beam_search`` for one sentence, so it ends with the same
-hypotheses and scores; the fast searches themselves are untouched (tracing off costs nothing).
-The cross-attention rows come afterwards from one teacher-forced pass over every recorded
-prefix, so the traced step computes exactly what the untraced one does.
+The traced search is ``search.greedy_search`` or ``search.beam_search`` itself, for one
+sentence, with a ``Recorder`` observing each step, so it ends with the same hypotheses and
+scores (tracing off costs a check a step). The cross-attention rows come afterwards from one
+teacher-forced pass over every recorded prefix, so the traced step computes exactly what the
+untraced one does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from tokenizers import Tokenizer
@@ -22,9 +22,9 @@ from torch import Tensor
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad
-from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths
-from tformer_cli.decode.search import Models, Rows, as_list
+from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
+from tformer_cli.decode.reference import Hypothesis
+from tformer_cli.decode.search import Models, as_list, beam_search, greedy_search
 from tformer_cli.model import Transformer
 
 KEPT, PRUNED, FINISHED = "kept", "pruned", "finished"
@@ -103,7 +103,7 @@ class Trace:
         return json.dumps(self.to_dict(tok, source), ensure_ascii=False)
 
 
-def statuses(k: int, beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor) -> dict:
+def statuses(beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor) -> dict:
     """(beam, token) -> status for the 2k candidates of a step: ``ends`` finished, ``pos`` (the
     live ones chosen) kept; every other continuation was pruned."""
     out = {}
@@ -126,104 +126,51 @@ def record(lives: list[Live], logp: Tensor, base: Tensor, top: int, status: dict
         ]
 
 
-@torch.inference_mode()
-def trace_greedy(
-    models: list[Transformer], src: Tensor, cfg: DecodeConfig, top: int, compile: str
-) -> Trace:
-    """``greedy_search`` of one sentence src (1, S), recorded."""
-    T_max = int(max_lengths(src, cfg, min(m.cfg.max_positions for m in models))[0])
-    state = Rows(models, src, 1, T_max, True, compile)
-    y = torch.full((1, T_max + 1), PAD_ID, dtype=torch.long, device=src.device)
-    y[:, 0] = BOS_ID
-    steps, logprob, h = [], 0.0, Live(0, None, [], 0.0)
-    for t in range(T_max):
-        logp = state.logprobs(y, t)  # (1, V)
-        if t < cfg.min_len:
-            logp.select(1, EOS_ID).fill_(float("-inf"))
-        best_logp, best = logp.max(dim=-1)
-        token = int(best)
-        ends = token == EOS_ID or t + 1 >= T_max
-        status = {(0, token): FINISHED if ends else KEPT}
-        record([h], logp, torch.tensor([logprob]), top, status)
-        steps.append([h])
-        logprob += float(best_logp)
-        y[:, t + 1] = best
-        if ends:
-            break
-        h = Live(t + 1, h.number, [*h.tokens, token], logprob)
-    eos = token == EOS_ID
-    tokens = h.tokens + ([] if eos else [token])
-    return Trace(
-        src[0, :-1].tolist(), 1, cfg.alpha, steps, [Hypothesis(tokens, logprob, logprob, eos)]
-    )
+class Recorder:
+    """The steps of one sentence's search as it runs (its ``observe``): ``steps[t]``, the live
+    hypotheses expanded at step t, until the sentence is done (a GPU search may run a step
+    past it)."""
 
+    def __init__(self, top: int) -> None:
+        self.top, self.done = top, False
+        self.steps: list[list[Live]] = []
+        self.lives = [Live(0, None, [], 0.0)]  # to expand at the next step
+        self.final: list[Hypothesis] = []  # greedy's, its log-probability summed in Python
 
-@torch.inference_mode()
-def trace_beam(
-    models: list[Transformer], src: Tensor, cfg: DecodeConfig, top: int, compile: str
-) -> Trace:
-    """``beam_search`` of one sentence src (1, S) with ``cfg.nbest = cfg.beam``, recorded: the
-    same tensor operations on a batch of one."""
-    k, device = cfg.beam, src.device
-    limit = int(max_lengths(src, cfg, min(m.cfg.max_positions for m in models))[0])
-    state = Rows(models, src, k, limit, True, compile)
-    y = torch.full((k, limit + 1), PAD_ID, dtype=torch.long, device=device)
-    y[:, 0] = BOS_ID
-    scores = torch.full((1, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    fin_score = scores.new_full((1, k), float("-inf"))
-    fin: list[tuple[list[int], float, bool]] = [([], 0.0, False)] * k  # tokens, logprob, eos
-    first_k = torch.arange(2 * k, device=device) < k
-    lives = [Live(0, None, [], 0.0)]
-    steps, count = [], 1
-    for t in range(limit):
-        logp = state.logprobs(y, t)  # (k, V)
-        if t < cfg.min_len:
-            logp.select(1, EOS_ID).fill_(float("-inf"))
-        V = logp.size(-1)
-        cand = (logp + scores.view(-1, 1)).view(1, k * V)
-        top_v, idx = cand.topk(min(2 * k, k * V), dim=1)  # (1, 2k)
-        beam, token = idx // V, idx % V
-        eos = token == EOS_ID
-        at_limit = limit <= t + 1
-        ends = (eos | at_limit) & first_k[: top_v.size(1)] & top_v.isfinite()  # (1, 2k)
-        new_score = (top_v / length_penalty(t + 1, cfg.alpha)).masked_fill(~ends, float("-inf"))
-        fin_score, pick = torch.cat([fin_score, new_score], dim=1).topk(k, dim=1)
-        new = [  # a row past the live ones scores -inf: never finished, never kept
-            ((lives[b].tokens if b < len(lives) else []) + ([] if e else [tok]), v, e)
-            for b, tok, v, e in zip(beam[0].tolist(), token[0].tolist(), top_v[0].tolist(),
-                                    eos[0].tolist(), strict=True)
-        ]  # fmt: skip
-        fin = [(fin + new)[j] for j in pick[0].tolist()]
-        scores, pos = top_v.masked_fill(eos, float("-inf")).topk(k, dim=1)  # (1, k)
-        rows = beam.gather(1, pos).flatten()  # (k,)
-        status = statuses(k, beam[0], token[0], ends[0], pos[0][scores[0].isfinite()])
-        record(
-            lives, logp[: len(lives)], scores.new_tensor([h.logprob for h in lives]), top, status
-        )
-        steps.append(lives)
-        y = y[rows]
-        y[:, t + 1] = token.gather(1, pos).flatten()
-        state.reorder = rows
-        reach = length_penalty(max(limit, t + 2), cfg.alpha)
-        if at_limit or bool(scores[0, 0] / reach <= fin_score[0, k - 1]):
-            break
-        kept = [
-            (int(r), int(tok), float(s))
-            for r, tok, s in zip(rows, y[:, t + 1], scores[0], strict=True)
-        ]
-        lives = [
+    def greedy(self, logp: Tensor, token: Tensor, alive: Tensor) -> None:
+        """A step of ``greedy_search``: the argmax ``token`` (1,) kept, or finished where it
+        ends the row (``</s>`` or the length limit); the log-probabilities summed in Python."""
+        if self.done:
+            return
+        (h,), best, self.done = self.lives, int(token[0]), not bool(alive[0])
+        status = {(0, best): FINISHED if self.done else KEPT}
+        record([h], logp, torch.tensor([h.logprob]), self.top, status)
+        self.steps.append([h])
+        logprob = h.logprob + float(logp[0, best])
+        eos = best == EOS_ID
+        self.lives = [Live(len(self.steps), h.number, h.tokens + [best] * (not eos), logprob)]
+        self.final = [Hypothesis(self.lives[0].tokens, logprob, logprob, eos)]
+
+    def beam(
+        self, logp: Tensor, beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor,
+        scores: Tensor, done: Tensor,
+    ) -> None:  # fmt: skip
+        """A step of ``beam_search`` (one sentence): the 2k best continuations (``beam``,
+        ``token``: (1, 2k)), those that ``ends``, the k kept (``pos``) and their ``scores``."""
+        if self.done:
+            return
+        lives, self.done = self.lives, bool(done[0])
+        status = statuses(beam[0], token[0], ends[0], pos[0][scores[0].isfinite()])
+        base = scores.new_tensor([h.logprob for h in lives])
+        record(lives, logp[: len(lives)], base, self.top, status)
+        self.steps.append(lives)
+        count = sum(map(len, self.steps))
+        rows, tokens = beam.gather(1, pos)[0].tolist(), token.gather(1, pos)[0].tolist()
+        self.lives = [
             Live(count + j, lives[r].number, [*lives[r].tokens, tok], s)
-            for j, (r, tok, s) in enumerate(kept)
+            for j, (r, tok, s) in enumerate(zip(rows, tokens, scores[0].tolist(), strict=True))
             if s > float("-inf")
         ]
-        count += len(lives)
-    final = [
-        Hypothesis(tokens, lp, sc, e)
-        for sc, (tokens, lp, e) in zip(fin_score[0].tolist(), fin, strict=True)
-        if sc > float("-inf")
-    ]
-    return Trace(src[0, :-1].tolist(), k, cfg.alpha, steps, final)
 
 
 @torch.inference_mode()
@@ -249,8 +196,14 @@ def trace_search(
     of one sentence src (1, S), every step recorded with each live hypothesis' ``top`` next
     tokens and its cross-attention row (of the first model, for an ensemble); ``compile``:
     how the decode step runs, as for the untraced search."""
-    models = as_list(model)
-    traced = (trace_greedy if cfg.beam == 1 else trace_beam)(models, src, cfg, top, compile)
+    models, seen = as_list(model), Recorder(top)
+    if cfg.beam == 1:
+        greedy_search(models, src, replace(cfg, sampling=None), True, compile, observe=seen.greedy)
+        final = seen.final
+    else:
+        beam = replace(cfg, nbest=cfg.beam)
+        final = beam_search(models, src, beam, True, compile, observe=seen.beam)[0]
+    traced = Trace(src[0, :-1].tolist(), cfg.beam, cfg.alpha, seen.steps, final)
     lives = [h for step in traced.steps for h in step]
     for h, row in zip(lives, cross_rows(models[0], src, [h.tokens for h in lives]), strict=True):
         h.attention = row

@@ -16,7 +16,7 @@ from tformer_cli.decode import search as search_module
 from tformer_cli.decode.fast import aot
 from tformer_cli.decode.fast.cpu import BUILD_AFTER, FEW_ROWS, LOAD_AFTER, LOAD_WORK, CpuStep
 from tformer_cli.decode.search import search
-from tformer_cli.decode.step import DecodeStep
+from tformer_cli.decode.step import DecodeStep, make_step
 
 needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ compiler")
 threads = torch.get_num_threads
@@ -41,7 +41,7 @@ def test_compiled_step_gives_the_eager_tokens_and_scores(
     shared = tmp_path / "inductor"  # the process's Inductor cache: a build writes none of it
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
     compiled = search(trained_model, src, cfg, compile="on")
-    assert DecodeStep.of(trained_model, "on").fast.compiled_now is not None  # it did not fall back
+    assert DecodeStep.of(trained_model, "on").compiled_now is not None  # it did not fall back
     assert_same_search(eager, compiled, atol=1e-5)
     assert aot.artifact(trained_model, 1).exists()
     assert not list(shared.rglob("*.so")) and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(shared)
@@ -54,8 +54,8 @@ def test_the_one_beam_library_makes_greedy_choices_and_serves_sampling(
     """Greedy's choice runs inside the library (``min_len`` banning ``</s>`` there too);
     sampling reads the same library's log-probs and draws in Python: both as eager."""
     fused = []
-    greedy = aot.AotStep.greedy
-    monkeypatch.setattr(aot.AotStep, "greedy", lambda *a: fused.append(1) or greedy(*a))
+    greedy = CpuStep.greedy  # the search's call for a step that makes greedy's choice
+    monkeypatch.setattr(CpuStep, "greedy", lambda *a: fused.append(1) or greedy(*a))
     src = sources(4, trained_model.cfg.vocab_size, seed=29)
     cfg = DecodeConfig(max_len_a=0, max_len_b=10, min_len=6)
     eager = search(trained_model, src, cfg, compile="off")
@@ -66,7 +66,7 @@ def test_the_one_beam_library_makes_greedy_choices_and_serves_sampling(
     fused.clear()
     eager = search(trained_model, src, sampling, compile="off")
     assert_same_search(eager, search(trained_model, src, sampling, compile="on"), atol=1e-5)
-    assert not fused and DecodeStep.of(trained_model, "on").fast.compiled_now is not None
+    assert not fused and DecodeStep.of(trained_model, "on").compiled_now is not None
 
 
 @needs_cxx
@@ -75,9 +75,9 @@ def test_a_kept_step_is_loaded_not_rebuilt_even_by_auto(trained_model, kept, mon
     monkeypatch.setattr(aot, "build", lambda *args: pytest.fail("rebuilt a kept step"))
     twin = copy.deepcopy(trained_model)  # same weights: same key
     src = sources(5, twin.cfg.vocab_size, seed=23)
-    DecodeStep.of(twin, "auto").fast.eager_seconds = LOAD_AFTER  # past a short job's time
+    DecodeStep.of(twin, "auto").eager_seconds = LOAD_AFTER  # past a short job's time
     compiled = search(twin, src, DecodeConfig(), compile="auto")
-    assert DecodeStep.of(twin, "auto").fast.compiled_now is not None
+    assert DecodeStep.of(twin, "auto").compiled_now is not None
     assert_same_search(search(twin, src, DecodeConfig(), compile="off"), compiled, atol=1e-5)
 
 
@@ -115,14 +115,14 @@ def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
         shutil.copy(kept, path)
 
     monkeypatch.setattr(aot, "build", build)
-    step = DecodeStep(trained_model, "auto")
+    step = make_step(trained_model, "auto")
     src = sources(3, trained_model.cfg.vocab_size, seed=24)
     with torch.inference_mode():
         step.start(src, 1, 8)
-        assert step.fast.compiled_now is None and not built
-        step.fast.eager_seconds = BUILD_AFTER
+        assert step.compiled_now is None and not built
+        step.eager_seconds = BUILD_AFTER
         step.start(src, 1, 8)
-    assert built == [1] and step.fast.compiled_now is not None
+    assert built == [1] and step.compiled_now is not None
 
 
 def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_path, monkeypatch):
@@ -144,12 +144,12 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
         aot, "load", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
     )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
-    step = DecodeStep(trained_model, "auto")
-    step.fast.eager_seconds = 4.0
-    step.fast.cpu_step(1)
-    step.fast.eager_seconds = 6.0
-    step.fast.cpu_step(1)
-    step.fast.cpu_step(2)
+    step = make_step(trained_model, "auto")
+    step.eager_seconds = 4.0
+    step.cpu_step(1)
+    step.eager_seconds = 6.0
+    step.cpu_step(1)
+    step.cpu_step(2)
     assert asked == [False, True, False] and BUILD_AFTER > 6.0
 
 
@@ -161,9 +161,9 @@ def test_auto_loads_a_kept_step_at_once_for_a_big_batch_and_builds_none(trained_
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     src = sources(2, trained_model.cfg.vocab_size, seed=30)
     with torch.inference_mode():
-        DecodeStep(trained_model, "auto").start(src, 1, 8)
+        make_step(trained_model, "auto").start(src, 1, 8)
         assert asked == []
-        DecodeStep(trained_model, "auto").start(src, 1, LOAD_WORK // 2)
+        make_step(trained_model, "auto").start(src, 1, LOAD_WORK // 2)
     assert asked == [False]
 
 
@@ -176,7 +176,7 @@ def test_the_build_for_few_rows_or_for_many_goes_by_the_rows_of_a_batch(trained_
     few, many = sources(FEW_ROWS // 2, vocab, 26), sources(FEW_ROWS + 1, vocab, 27)
     with torch.inference_mode():
         for mode in ("auto", "on", "off"):
-            step = DecodeStep(trained_model, mode)
+            step = make_step(trained_model, mode)
             step.start(few, 2, 8)  # FEW_ROWS rows
             step.start(few, 3, 8)
             step.start(many, 1, 8)
@@ -189,12 +189,12 @@ def test_without_a_cxx_compiler_the_step_runs_eagerly_with_a_notice(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(aot, "cxx_compiler", lambda: None)
     notices = []
-    step = DecodeStep(trained_model, "on", on_notice=notices.append)
+    step = make_step(trained_model, "on", on_notice=notices.append)
     src = sources(2, trained_model.cfg.vocab_size, seed=25)
     with torch.inference_mode():
         cache = step.start(src, 1, 5)
         logp = step(torch.full((2,), 2), cache)
-    assert step.fast.compiled_now is None and logp.shape == (2, trained_model.cfg.vocab_size)
+    assert step.compiled_now is None and logp.shape == (2, trained_model.cfg.vocab_size)
     assert notices == ["no C++ compiler found (g++ or $CXX): the decode step runs eagerly"]
     assert not (tmp_path / "tformer").exists()
 
@@ -210,10 +210,10 @@ def test_a_step_that_fails_to_build_runs_eagerly_with_a_notice(
 
     monkeypatch.setattr(aot, "export_step", broken)
     notices = []
-    step = DecodeStep(trained_model, "on", on_notice=notices.append)
+    step = make_step(trained_model, "on", on_notice=notices.append)
     with torch.inference_mode():
         step.start(sources(2, trained_model.cfg.vocab_size, seed=26), 1, 5)
-    assert step.fast.compiled_now is None
+    assert step.compiled_now is None
     assert notices == ["compiling the decode step failed (backend exploded); running it eagerly"]
 
 
@@ -224,10 +224,10 @@ def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkey
     int8 = quantize_int8(copy.deepcopy(trained_model))
     assert aot.supported(trained_model) and not aot.supported(int8)
     notices = []
-    step = DecodeStep(int8, "on", on_notice=notices.append)
+    step = make_step(int8, "on", on_notice=notices.append)
     with torch.inference_mode():
         step.start(sources(2, int8.cfg.vocab_size, seed=27), 1, 5)
-    assert step.fast.compiled_now is None
+    assert step.compiled_now is None
     assert notices == ["the compiled CPU step takes fp32 weights: running it eagerly"]
 
 
@@ -241,7 +241,7 @@ def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, mo
     cfg = DecodeConfig(beam=2, nbest=2, max_len_a=0, max_len_b=12)
     eager = search(trained_model, src, cfg, compile="off")
     compiled = search(trained_model, src, cfg, compile="on")
-    assert DecodeStep.of(trained_model, "on").fast.compiled_now is not None
+    assert DecodeStep.of(trained_model, "on").compiled_now is not None
     assert aot.artifact(trained_model, 2, many=True).exists()
     assert_same_search(eager, compiled, atol=1e-5)
 
@@ -287,9 +287,9 @@ def test_a_compiled_step_is_kept_per_thread_count(
     monkeypatch.setattr(
         aot, "load", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
     )
-    step = DecodeStep(trained_model, "on")
+    step = make_step(trained_model, "on")
     torch.set_num_threads(1)
-    one = step.fast.cpu_step(1)
+    one = step.cpu_step(1)
     torch.set_num_threads(2)
-    two = step.fast.cpu_step(1)
-    assert one is not two and len(set(loaded)) == 2 and step.fast.cpu_step(1) is two
+    two = step.cpu_step(1)
+    assert one is not two and len(set(loaded)) == 2 and step.cpu_step(1) is two

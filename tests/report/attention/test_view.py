@@ -131,7 +131,7 @@ def test_teacher_forced_weights_equal_those_of_cached_greedy_decoding():
 
     model = tiny()
     src = torch.tensor([[*SRC, EOS_ID]])
-    hyp = greedy_search(model, src)[0]
+    hyp = greedy_search(model, src)[0][0]  # the one sentence's best
     tokens = hyp.tokens + [EOS_ID] * hyp.finished
     w = maps.collect(model, [SRC], [tokens])
     with torch.no_grad():

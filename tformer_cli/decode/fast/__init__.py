@@ -11,32 +11,23 @@ way, with the same results, where ``--compile`` asks for it and it pays (``choos
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 from tformer_cli.compile import wanted
 from tformer_cli.decode.fast.buckets import Eager, FastStep
 from tformer_cli.decode.fast.cpu import CpuStep
 from tformer_cli.decode.fast.graphs import CudaGraphs, TorchCompiled, uses_cuda_graphs
-from tformer_cli.model import Transformer
 
 
-def choose(
-    model: weakref.ref[Transformer],
-    compile: str,
-    eager: Eager,
-    on_notice: Callable[[str], None],
-) -> FastStep | None:
-    """How ``compile`` (``auto``, ``on`` or ``off``) runs the eager step of ``model`` on its
+def choose(eager: Eager, compile: str, on_notice: Callable[[str], None]) -> FastStep | None:
+    """How ``compile`` (``auto``, ``on`` or ``off``) runs the ``eager`` step on its model's
     device: CUDA graphs on CUDA (``auto``, ``on``), the compiled step's policy on the CPU
     (``auto``, ``on``), ``torch.compile`` elsewhere (``on``); None: eagerly."""
-    live = model()
-    assert live is not None, "the model of a decode step is gone"
-    device = next(live.parameters()).device
+    device = next(eager.model.parameters()).device
     if uses_cuda_graphs(device, compile):
         return CudaGraphs(eager)
     if device.type == "cpu":
-        return CpuStep(model, compile, eager, on_notice) if wanted(compile, auto=True) else None
+        return CpuStep(eager, compile, on_notice) if wanted(compile, auto=True) else None
     if device.type != "cuda" and wanted(compile, auto=False):
         return TorchCompiled(eager, on_notice)
     return None

@@ -47,8 +47,7 @@ BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
 # Inductor's options for the build: weights folded in as constants (freezing), and for a step of
 # few rows its own C++ matrix kernels where they beat the library's (max_autotune: tuned at the
 # export's few rows, they lose to MKL's at many)
-INDUCTOR = {"freezing": True, "max_autotune": True}
-INDUCTOR_MANY = {"freezing": True}
+INDUCTOR = {False: {"freezing": True, "max_autotune": True}, True: {"freezing": True}}  # by many
 QUIET = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
 
@@ -74,18 +73,13 @@ def supported(model: Transformer) -> bool:
     return fp32 and not int8 and not torch.is_autocast_enabled("cpu")
 
 
-def options(many: bool) -> dict:
-    """Inductor's options for the build of few rows or of many."""
-    return INDUCTOR_MANY if many else INDUCTOR
-
-
 def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = False) -> str:
     """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
     the build (few rows or ``many``), thread count, torch version and CPU flags.
     ``weights=False``: all but the weights' bytes, what a build's time depends on
     (``build_seconds``)."""
     h = hashlib.sha256()
-    build = (options(many), many)
+    build = (INDUCTOR[many], many)
     meta = (FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
@@ -95,26 +89,29 @@ def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = 
     return h.hexdigest()[:32]
 
 
-def build_seconds(model: Transformer, beams: int, many: bool = False) -> float | None:
-    """How long the last build of a step of this shape took here (same model dimensions, beams,
-    build, threads, torch and CPU), from ``steps/builds.json``; None if none was timed."""
+def build_times() -> dict:
+    """``steps/builds.json``: the seconds of the last build by ``step_key`` without the weights;
+    empty if missing or unreadable."""
     try:
         times = json.loads((cache_root() / "steps" / BUILDS).read_text(encoding="utf-8"))
-        return float(times[step_key(model, beams, weights=False, many=many)])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return times if isinstance(times, dict) else {}
+
+
+def build_seconds(model: Transformer, beams: int, many: bool = False) -> float | None:
+    """How long the last build of a step of this shape took here (same model dimensions, beams,
+    build, threads, torch and CPU); None if none was timed."""
+    try:
+        return float(build_times()[step_key(model, beams, weights=False, many=many)])
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def record_build(model: Transformer, beams: int, seconds: float, many: bool = False) -> None:
     """Keep a build's time for ``build_seconds`` (a lost race between processes loses a time)."""
+    times = {**build_times(), step_key(model, beams, weights=False, many=many): round(seconds, 1)}
     path = cache_root() / "steps" / BUILDS
-    try:
-        times = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        times = {}
-    if not isinstance(times, dict):
-        times = {}
-    times[step_key(model, beams, weights=False, many=many)] = round(seconds, 1)
     with contextlib.suppress(OSError, TformerError):  # a full disk loses the time, no more
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(times, indent=1), durable=False)
@@ -235,7 +232,7 @@ def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool =
         built = torch._inductor.aoti_compile_and_package(
             program,
             package_path=str(Path(tmp) / path.name),
-            inductor_configs={**options(many), **QUIET},
+            inductor_configs={**INDUCTOR[many], **QUIET},
         )
         os.replace(built, path)
 
@@ -252,26 +249,21 @@ class AotStep:
         self.idle: tuple[Tensor, ...] = ()  # greedy_inputs for callers of the log-probs only
 
     def __call__(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        if not self.fuses_greedy:
-            return self.run(tokens, cache, ())[0]
-        if not self.idle or self.idle[0].numel() != tokens.numel():
+        if self.fuses_greedy and (not self.idle or self.idle[0].numel() != tokens.numel()):
             self.idle = greedy_inputs(tokens.numel())
-        return self.run(tokens, cache, self.idle)[0]
+        return self.greedy(tokens, cache, self.idle)[0]
 
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
     ) -> list[Tensor]:
-        """log-probs (R, V), then the token, logprob, steps and alive (R,) of ``advance``, from
-        ``state``: alive, logprob, steps, limits (R,) and min_len (0-dim)."""
-        return self.run(tokens, cache, state)
-
-    def run(self, tokens: Tensor, cache: DecoderCache, greedy: tuple[Tensor, ...]) -> list[Tensor]:
+        """log-probs (R, V), then (one beam) the token, logprob, steps and alive (R,) of
+        ``advance``, from ``state``: alive, logprob, steps, limits (R,) and min_len (0-dim)."""
         if self.slots.numel() < cache.span:
             self.slots = torch.empty(cache.self_kv.size(4))
         span = self.slots[: cache.span]
         # the library reads its inputs with the export's (contiguous) strides: the search's
         # tokens are a column of its outputs; the cache's tensors are contiguous already
-        inputs = [tokens.contiguous(), cache.cross_kv, cache.src_mask, cache.pos, span, *greedy]
+        inputs = [tokens.contiguous(), cache.cross_kv, cache.src_mask, cache.pos, span, *state]
         return self.loader.boxed_run([*inputs, *cache.self_kv.unbind(0)])
 
 
@@ -288,6 +280,7 @@ def load(
     """The step kept at ``path`` (``artifact``), built first from ``model``'s ``eager`` step for
     ``beams`` (and few rows or ``many``) if missing and ``build_missing`` (else None); and the
     seconds building took (0 if kept)."""
+    seconds = 0.0
     if not path.exists():
         if not build_missing:
             return None, 0.0
@@ -295,5 +288,4 @@ def load(
         build(model, eager, beams, path, many)
         seconds = time.perf_counter() - start
         record_build(model, beams, seconds, many)
-        return AotStep(path, beams), seconds
-    return AotStep(path, beams), 0.0
+    return AotStep(path, beams), seconds

@@ -5,15 +5,24 @@ fast way of running the decode step shares (``FastStep``)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from torch import Tensor
 
 from tformer_cli.data.tokenizer import PAD_ID
 from tformer_cli.model import DecoderCache, Transformer
 
-Eager = Callable[[Tensor, DecoderCache, Tensor | None], Tensor]  # DecodeStep.eager
+
+class Eager(Protocol):
+    """The eager step a fast step runs another way (``DecodeStep``)."""
+
+    @property
+    def model(self) -> Transformer: ...
+
+    def __call__(
+        self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None
+    ) -> Tensor: ...
 
 
 def round_up(n: int, to: int) -> int:
@@ -38,19 +47,28 @@ GRAPHS = Buckets(rows=True, source=16, span=32)
 
 
 class FastStep(ABC):
-    """A faster way to run ``DecodeStep.eager``, with the same results: ``step(tokens, cache,
+    """A faster way to run the ``eager`` step, with its methods and results: ``step(tokens, cache,
     rows)`` -> log-probs (R, V), over caches whose shapes are rounded up to ``buckets``."""
 
     buckets = EAGER
 
-    @abstractmethod
-    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor: ...
+    def __init__(self, eager: Eager) -> None:
+        self.eager = eager
 
-    def start(self, model: Transformer, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+    @property
+    def model(self) -> Transformer:
+        return self.eager.model
+
+    @abstractmethod
+    def __call__(
+        self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None
+    ) -> Tensor: ...
+
+    def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
         """``DecodeStep.start`` with its sentences, source length and slots rounded up to the
         buckets (padding rows repeat the last sentence, so every row attends to something
         real)."""
-        B, S = src.shape
+        model, (B, S) = self.model, src.shape
         S_bucket = max(S, min(round_up(S, self.buckets.source), model.cfg.max_positions))
         padded = src.new_full((self.buckets.sentences(B), S_bucket), PAD_ID)
         padded[:B, :S] = src

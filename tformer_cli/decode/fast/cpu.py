@@ -12,7 +12,6 @@ time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from torch import Tensor
 
 from tformer_cli.decode.fast import aot
 from tformer_cli.decode.fast.buckets import Eager, FastStep
-from tformer_cli.model import DecoderCache, Transformer
+from tformer_cli.model import DecoderCache
 
 # Seconds of eager decoding after which ``auto`` builds the compiled CPU step: the time the last
 # build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
@@ -44,14 +43,9 @@ class CpuStep(FastStep):
     kept or worth building (``cpu_step``). ``mode``: ``auto`` or ``on``; ``on_notice`` hears
     the one-line notices (compile time, a fallback to eager)."""
 
-    def __init__(
-        self,
-        model: weakref.ref[Transformer],
-        mode: str,
-        eager: Eager,
-        on_notice: Callable[[str], None],
-    ) -> None:
-        self.model_ref, self.mode, self.eager, self.on_notice = model, mode, eager, on_notice
+    def __init__(self, eager: Eager, mode: str, on_notice: Callable[[str], None]) -> None:
+        super().__init__(eager)
+        self.mode, self.on_notice = mode, on_notice
         # by beams, threads (its kernels' own count) and build: the compiled CPU step, None: eager
         self.aot: dict[tuple[int, int, bool], aot.AotStep | None] = {}
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
@@ -59,13 +53,7 @@ class CpuStep(FastStep):
         self.timing = False  # whether the current batch's eager steps count for ``auto``
         self.artifacts: dict[tuple[int, int, bool], Path] = {}  # where each compiled step is kept
 
-    @property
-    def model(self) -> Transformer:
-        model = self.model_ref()
-        assert model is not None, "the model of a decode step is gone"
-        return model
-
-    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         if self.compiled_now is not None:
             if rows is not None:
                 cache.reorder(rows)
@@ -77,10 +65,10 @@ class CpuStep(FastStep):
         self.eager_seconds += time.perf_counter() - start
         return out
 
-    def start(self, model: Transformer, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+    def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
         """The eager step's cache, and the compiled step this batch runs on, if any: the build
         for few rows or for many, by the batch's rows."""
-        cache = super().start(model, src, beams, max_len)
+        cache = super().start(src, beams, max_len)
         rows = cache.self_kv.size(2)  # sentences x beams
         big = rows * max_len >= LOAD_WORK  # worth loading a kept step now
         self.compiled_now = self.cpu_step(beams, rows > FEW_ROWS, big)

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from tformer_cli.compile import Compiled, wanted
 from tformer_cli.decode.fast.buckets import GRAPHS, Eager, FastStep
-from tformer_cli.model import DecoderCache, Transformer
+from tformer_cli.model import DecoderCache
 
 
 def uses_cuda_graphs(device: torch.device, compile: str) -> bool:
@@ -29,20 +29,31 @@ class CudaGraphs(FastStep):
     buckets = GRAPHS
 
     def __init__(self, eager: Eager) -> None:
-        self.eager = eager
+        super().__init__(eager)
         self.captured: dict[tuple, _Graph] = {}
         self.pool: dict[tuple, DecoderCache] = {}  # buffers that captured graphs read and write
         self.mempool = torch.cuda.graph_pool_handle()
 
-    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         key = (*cache.self_kv.shape, *cache.cross_kv.shape, cache.span, rows is not None)
         graph = self.captured.get(key)
         if graph is None or graph.cache is not cache:
             graph = self.captured[key] = _Graph(self.eager, tokens, cache, rows, self.mempool)
         return graph(tokens, rows)
 
-    def start(self, model: Transformer, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        return self.pooled(super().start(model, src, beams, max_len))
+    def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
+        """The bucketed cache copied into the buffers kept for its shape (so graphs captured on
+        them in an earlier batch replay as they are), or kept as those buffers if none are yet."""
+        cache = super().start(src, beams, max_len)
+        kept = self.pool.setdefault(
+            self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0)), cache
+        )
+        if kept is not cache:
+            kept.cross_kv.copy_(cache.cross_kv)
+            kept.src_mask.copy_(cache.src_mask)
+            kept.pos.zero_()
+            kept.span = cache.span
+        return kept
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` and ``sentences``, in the buffers kept for that shape."""
@@ -52,20 +63,6 @@ class CudaGraphs(FastStep):
 
     def key(self, cache: DecoderCache, rows: int, sentences: int) -> tuple:
         return (rows, sentences, cache.self_kv.size(4), cache.cross_kv.size(4))  # R, B', T, S
-
-    def pooled(self, cache: DecoderCache) -> DecoderCache:
-        """``cache`` copied into the buffers kept for its shape (so graphs captured on them in
-        an earlier batch replay as they are), or kept as those buffers if none are yet."""
-        key = self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0))
-        kept = self.pool.get(key)
-        if kept is None:
-            self.pool[key] = cache
-            return cache
-        kept.cross_kv.copy_(cache.cross_kv)
-        kept.src_mask.copy_(cache.src_mask)
-        kept.pos.zero_()
-        kept.span = cache.span
-        return kept
 
 
 class _Graph:
@@ -115,7 +112,8 @@ class TorchCompiled(FastStep):
     buckets = GRAPHS
 
     def __init__(self, eager: Eager, on_notice: Callable[[str], None]) -> None:
-        self.fn = Compiled(eager, "decode step", on_notice, dynamic=False)
+        super().__init__(eager)
+        self.fn = Compiled(eager.__call__, "decode step", on_notice, dynamic=False)
 
-    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         return self.fn(tokens, cache, rows)
