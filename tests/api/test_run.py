@@ -155,7 +155,7 @@ def test_loading_changes_no_thread_count(run_dir):
          "beam='5': must be a whole number"),
         (lambda r: tformer.load(r, device="cpu").translate("a", beam=True), "beam=True: must"),
         (lambda r: tformer.load(r, device="cpu").translate("a", beam=0),
-         "beam=0: must be at least 1"),
+         "beam=0: must be in [1, 256]"),
         (lambda r: tformer.load(r, device="cpu").translate("a", alpha="x"),
          "alpha='x': must be a number"),
         (lambda r: tformer.load(r, device="cpu").translate("a", sample=True, top_p=2.0),

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from tformer_cli.api.display import (
         Attention,
         Curves,
-        Evaluation,
+        Evaluated,
         Hyp,
         Score,
         TraceView,
-        Translation,
+        Translated,
     )
     from tformer_cli.api.run import Run, load
     from tformer_cli.api.training import compare, runs, train
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # each public name -> the module that defines it
 HOMES = {
     **dict.fromkeys(
-        ("Attention", "Curves", "Evaluation", "Hyp", "Score", "TraceView", "Translation"),
+        ("Attention", "Curves", "Evaluated", "Hyp", "Score", "TraceView", "Translated"),
         "display",
     ),
     **dict.fromkeys(("Run", "load"), "run"),
@@ -37,12 +37,12 @@ HOMES = {
 __all__ = [
     "Attention",
     "Curves",
-    "Evaluation",
+    "Evaluated",
     "Hyp",
     "Run",
     "Score",
     "TraceView",
-    "Translation",
+    "Translated",
     "compare",
     "learn",
     "load",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from rich.console import Console
 
-from tformer_cli.config import DecodeConfig
+from tformer_cli.config import AttentionOptions, DecodeConfig
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def open_translator(
     (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
     ``beam_alpha``), on ``threads`` CPU threads as ``tformer eval`` (``use_threads``);
     tformer's search decodes until ``with_engine`` says otherwise."""
-    from tformer_cli.api.run import length_penalty, own_precision
+    from tformer_cli.api.run import own_precision, run_alpha
     from tformer_cli.checkpoint import load_runs
     from tformer_cli.report.eval_run import use_threads
     from tformer_cli.report.pick import choose_run
@@ -166,27 +166,23 @@ def open_translator(
     runs = load_runs(paths, device, precision, compile)
     use_threads(threads)
     if alpha is None:  # the first run's
-        cfg = dataclasses.replace(cfg, alpha=length_penalty(None, runs[0].config))
+        cfg = dataclasses.replace(cfg, alpha=run_alpha(None, runs[0].config))
     return Translator(runs, cfg, use_cache=use_cache)
 
 
 def inspect_attention(
-    text: str, model: Path | None, console: Console, log: Console, *, kind: str, layer: str,
-    head: str, beam: int, align: bool, align_sentences: int, device: str,
-    precision: str | None, save: Path | None = None, json_path: Path | None = None,
+    text: str, model: Path | None, console: Console, log: Console, *, options: AttentionOptions,
+    device: str, precision: str | None, save: Path | None = None, json_path: Path | None = None,
 ) -> None:  # fmt: skip
     """``tformer inspect-attention``: translate ``text`` with the run (default: the newest) in
-    ``precision`` (default: its own), print the maps of ``kind``/``layer``/``head`` and the
-    per-head table on ``console``; ``save``: a picture, ``json_path``: every weight as JSON."""
+    ``precision`` (default: its own), print the maps ``options`` asks for and the per-head
+    table on ``console``; ``save``: a picture, ``json_path``: every weight as JSON."""
     from tformer_cli.api.run import own_precision
     from tformer_cli.report.attention.view import AttentionRequest
     from tformer_cli.report.attention.view import inspect_attention as inspect
 
-    request = AttentionRequest(
-        kind=kind, layer=layer, head=head, beam=beam, align=align,
-        align_sentences=align_sentences, device=device,
-        precision=precision or own_precision(model),
-    )  # fmt: skip
+    asked = {f.name: getattr(options, f.name) for f in dataclasses.fields(AttentionOptions)}
+    request = AttentionRequest(**asked, device=device, precision=precision or own_precision(model))
     inspect(text, model, request, console, log, save=save, json_path=json_path)
 
 

@@ -48,7 +48,7 @@ class Hyp:
 
 
 @dataclass(frozen=True)
-class Translation:
+class Translated:
     """One input's translation: the best hypothesis' fields, and the whole n-best list."""
 
     source: str
@@ -208,12 +208,12 @@ def trace_html(data: dict[str, Any]) -> str:
     )
 
 
-class Evaluation(EvalReport):
+class Evaluated(EvalReport):
     """The ``EvalReport`` of ``tformer eval``, with ``to_dict()`` (its ``--json`` object) and a
     notebook display (the command's tables)."""
 
     @classmethod
-    def of(cls, report: EvalReport) -> Evaluation:
+    def of(cls, report: EvalReport) -> Evaluated:
         return cls(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
 
     def _repr_html_(self) -> str:

@@ -7,33 +7,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from tformer_cli.api.decoding import interop_packages
-from tformer_cli.config import DecodeConfig, TrainConfig
+from tformer_cli.config import TrainConfig
 
 if TYPE_CHECKING:
-    from tformer_cli.report.compare import Comparison
+    from tformer_cli.report.request import EvalRequest
 
 
 def evaluate_runs(
-    models: Sequence[Path] | None, search: DecodeConfig, *, seed: int, console: Console | None,
-    log: Console, json_path: Path | None = None, hyp_path: Path | None = None,
-    quiet: bool = False, **request: Any,
+    runs: Sequence[Path | None], asked: EvalRequest, *, console: Console | None, log: Console,
+    json_path: Path | None = None, hyp_path: Path | None = None, quiet: bool = False,
 ) -> str:  # fmt: skip
-    """``tformer eval`` of each run (default: the newest), kept in its folder, each report
+    """``tformer eval`` of each run (``None``: the newest), kept in its folder, each report
     printed on ``console`` (``None``: not printed); the last run also scores the ensemble of
-    them all and writes ``json_path`` and ``hyp_path``. ``request``: the other fields of
-    ``EvalRequest`` (data, split, limit, device, precision...). Returns the last report's JSON."""
+    them all and writes ``json_path`` and ``hyp_path``. Returns the last report's JSON."""
     from tformer_cli.device import oom_hint
     from tformer_cli.report.eval_run import evaluate_run
-    from tformer_cli.report.evaluation import EvalConfig, render_report, report_json
-    from tformer_cli.report.request import EvalRequest
+    from tformer_cli.report.evaluation import render_report, report_json
 
-    asked = EvalRequest(config=EvalConfig(search, seed=seed), **request)
-    runs = list(models or [None])
     for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
         last = i == len(runs) - 1
         with oom_hint():
@@ -70,48 +65,6 @@ def pick_default_run(log: Console | None) -> Path | None:
     if log is not None:
         log.print(default_note(run, passed), markup=False, highlight=False)
     return Path(run.path)
-
-
-def show_runs(folder: Path | None, console: Console, as_json: bool = False) -> None:
-    """``tformer runs``: the runs under ``folder`` (default: runs/) as a table, or JSON."""
-    from tformer_cli.report.runs import show_runs as show
-
-    show(folder, console, as_json=as_json)
-
-
-def show_run(
-    run: Path | None, console: Console, log: Console, *, save: Path | None, x: str
-) -> None:
-    """``tformer show``: the settings and training curves of ``run`` (default: the newest) on
-    ``console``; ``save``: the curves as a picture (x axis ``x``: updates or time)."""
-    from tformer_cli.report.pick import choose_run
-    from tformer_cli.report.show import show_run as show
-
-    show(choose_run(run), console, save=save, x=x, err=log)
-
-
-def compare_runs(
-    runs: Sequence[Path], console: Console | None, log: Console | None = None, *, beam: int = 5,
-    alpha: float | None = None, seed: int = 1234, keep: bool = False, save: Path | None = None,
-    x: str = "updates", as_json: bool = False, quiet: bool = False, **request: Any,
-) -> Comparison:  # fmt: skip
-    """``tformer compare``: the runs on the same data with paired significance tests against
-    the first, printed on ``console`` (``None``: not printed); ``alpha``: default the first
-    run's ``beam_alpha``; ``keep``: each evaluation kept in its run. ``request``: the other
-    fields of ``EvalRequest`` (data, split, limit, device...)."""
-    from tformer_cli.api.run import length_penalty
-    from tformer_cli.report.compare import compare_runs as compare
-    from tformer_cli.report.evaluation import EvalConfig
-    from tformer_cli.report.request import EvalRequest
-
-    if runs:  # the first run's own unless given
-        alpha = length_penalty(alpha, runs[0])
-    cfg = EvalConfig(DecodeConfig(beam=beam, alpha=0.6 if alpha is None else alpha), seed=seed)
-    asked = EvalRequest(config=cfg, **request)
-    shown = console or Console(quiet=True)
-    return compare(
-        runs, shown, asked, keep=keep, save=save, x=x, as_json=as_json, err=log, quiet=quiet
-    )
 
 
 def average_checkpoints(

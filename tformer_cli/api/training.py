@@ -14,8 +14,26 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, check_numbers, load, threads_kept
-from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe, option_of
+from tformer_cli.api.run import (
+    NOT_EVALUATED,
+    PathLike,
+    Run,
+    as_path,
+    eval_request,
+    load,
+    run_alpha,
+    settings,
+    takes,
+    threads_kept,
+)
+from tformer_cli.config import (
+    TRAIN_OPTIONS,
+    EvalOptions,
+    ModelConfig,
+    TrainConfig,
+    load_recipe,
+    option_of,
+)
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.report.compare import Comparison
@@ -136,20 +154,16 @@ def runs(folder: PathLike = "runs") -> list[RunInfo]:
     return list_runs(as_path(folder, "folder"))
 
 
-def compare(
-    runs: Sequence[PathLike], *, data: str | None = None, split: str = "test",
-    limit: int | None = None, beam: int = 5, alpha: float | None = None, seed: int = 1234,
-    quiet: bool = True,
-) -> Comparison:  # fmt: skip
+@takes(EvalOptions, skip=NOT_EVALUATED)
+def compare(runs: Sequence[PathLike], *, quiet: bool = True, **options: Any) -> Comparison:
     """``tformer compare``: the runs on the same data with paired significance tests (the first
-    is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints nothing: a
-    notebook shows the comparison's tables, as ``print`` does."""
-    from tformer_cli.api.reports import compare_runs
+    is the baseline), each evaluated as ``EvalOptions`` say (``alpha``: default the first run's
+    ``beam_alpha``). Prints nothing: a notebook shows the comparison's tables, as ``print``
+    does."""
+    from tformer_cli.report.compare import compare_runs
 
     paths = [as_path(r, "runs") for r in runs]
-    check_numbers(beam=beam, alpha=alpha, limit=limit, seed=seed)
+    asked = settings(EvalOptions, options, skip=NOT_EVALUATED)
+    alpha = run_alpha(asked.alpha, paths[0]) if paths else 0.0  # none: compare says so
     with threads_kept():
-        return compare_runs(
-            paths, None, beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
-            split=split, limit=limit,
-        )  # fmt: skip
+        return compare_runs(paths, Console(quiet=True), eval_request(asked, alpha), quiet=quiet)

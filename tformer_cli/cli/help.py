@@ -127,6 +127,16 @@ def lay_out(command: str, params: list[Any]) -> None:
         if panel and getattr(param, "rich_help_panel", None) is None:
             param.rich_help_panel = panel
         param._get_number_range_help_str = lambda: None
+    params.sort(key=place)
+
+
+def place(param: Any) -> int:
+    """Where a parameter's help goes: arguments first, then the options panel by panel, in the
+    order of ``PANELS`` (a command's options in any order read the same)."""
+    if param.param_type_name != "option":
+        return -1
+    panel = getattr(param, "rich_help_panel", None)
+    return list(PANELS).index(panel) if panel in PANELS else len(PANELS)
 
 
 # The commands in the order of a run's life, as `tformer -h` and docs/cli.md list them.

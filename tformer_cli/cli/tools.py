@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -19,19 +20,8 @@ from tformer_cli.cli.app import (
     tokenizer_app,
     wrote,
 )
-from tformer_cli.cli.options import (
-    MAX_BEAM,
-    Device,
-    Engine,
-    ModelDir,
-    Parsed,
-    Quiet,
-    RunPrecision,
-    T,
-    Threads,
-    one_of,
-)
-from tformer_cli.config import MAX_VOCAB, TOKENIZERS, Range
+from tformer_cli.cli.options import command, one_of, shared
+from tformer_cli.config import MAX_VOCAB, TOKENIZERS, ServeOptions, TrainConfig
 
 # CTranslate2's weight types (interop.ct2.QUANTIZATIONS, which imports ctranslate2)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
@@ -39,40 +29,20 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
 
 
 # ---------------------------------------------------------------------------- serve
-@app.command("serve", cls=Command)
-@friendly_errors
-def serve_command(
-    model: ModelDir = None,
-    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: all).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
-    max_tokens: Annotated[
-        int, typer.Option(min=1, help="Source tokens gathered into one decoding batch.")
-    ] = 4096,
-    wait_ms: Annotated[
-        float,
-        typer.Option(
-            parser=Parsed(Range(0), float), help="How long a batch waits for more requests (ms)."
-        ),
-    ] = 5.0,
-    max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
-    max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
-    max_body: Annotated[int, typer.Option(min=1, help="Bytes per request body.")] = 1 << 20,
-    max_beam: Annotated[
-        int, typer.Option(min=1, max=MAX_BEAM, help="Largest beam (and n-best).")
-    ] = 16,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            parser=Parsed(Range(0.001), float),
-            help="Seconds a request may wait and run (then 503).",
-        ),
-    ] = 30.0,
-    device: Device = "auto",
-    precision: RunPrecision = None,
-    engine: Engine = "torch",
-    threads: Threads = 0,
-    quiet: Quiet = False,
-) -> None:
+@dataclass(frozen=True)
+class Serve(ServeOptions):
+    """``tformer serve``: the server (``ServeOptions``), the run it serves and where."""
+
+    model: Path | None = shared("model")
+    device: str = shared("device")
+    precision: str | None = shared("precision")
+    engine: str = shared("engine")
+    threads: int = shared("threads")
+    quiet: bool = shared("quiet")
+
+
+@command(Serve, "serve")
+def serve_command(v: Serve) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
 
     POST /translate answers with the objects of translate --json, POST /attention with those of
@@ -80,15 +50,13 @@ def serve_command(
     that arrive together are decoded in one batch. Needs the serve extra.
     """
     from tformer_cli.api.decoding import interop_packages
-    from tformer_cli.serve import Limits, serve
+    from tformer_cli.serve import serve
 
-    check_engine(engine, None)
-    limits = Limits(max_chars, max_texts, max_body, max_beam, timeout)
-    with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
+    check_engine(v.engine, None)
+    with interop_packages() if v.engine == "ctranslate2" else contextlib.nullcontext():
         serve(
-            model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
-            wait_ms=wait_ms, device=device, precision=precision, engine=engine, threads=threads,
-            quiet=quiet,
+            v.model, err, v, device=v.device, precision=v.precision, engine=v.engine,
+            threads=v.threads, quiet=v.quiet,
         )  # fmt: skip
 
 
@@ -108,7 +76,10 @@ def export_command(
         list[Path] | None,
         typer.Argument(help="Deprecated: use -m RUN -o DIR.", hidden=True, metavar="RUN"),
     ] = None,
-    model: ModelDir = None,
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", "-m", help="Run folder. Default: the newest run under runs/."),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Folder to write (new, or empty).", show_default=False),
@@ -186,7 +157,7 @@ def tokenizer_train(
     tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
     vocab_size: Annotated[
         int, typer.Option(min=1, max=MAX_VOCAB, help="Vocabulary size.")
-    ] = T.vocab_size,
+    ] = TrainConfig.vocab_size,
     tokenizer: Annotated[
         str,
         typer.Option(
