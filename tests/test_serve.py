@@ -375,13 +375,11 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
 
 def test_serve_threads_set_torch_s_cpu_threads_as_eval_s(run_dir, monkeypatch):
     """--threads reaches the loading of the served run, which sets torch's CPU threads."""
-    from tformer_cli.api.serving import load_served
-
     asked = {}
     monkeypatch.setattr(serve, "serve", lambda *args, **kwargs: asked.update(kwargs))
     result = CliRunner().invoke(cli_app, ["serve", "-m", str(run_dir), "--threads", "2"])
     assert result.exit_code == 0 and asked["threads"] == 2, result.output
-    load_served(run_dir, "cpu", None, "torch", asked["threads"])
+    serve.load_served(run_dir, "cpu", None, "torch", asked["threads"])
     assert torch.get_num_threads() == 2
 
 

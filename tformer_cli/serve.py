@@ -9,6 +9,7 @@ names a file. Every bad request gets a 4xx answer with a one-line ``detail``.
 import asyncio
 import contextlib
 import dataclasses
+import json
 import queue
 import socket
 import threading
@@ -24,19 +25,8 @@ from typing import Annotated, Any
 from rich.console import Console
 
 from tformer_cli import __version__
-from tformer_cli.api import Run
-from tformer_cli.api.serving import (
-    Batching,
-    LoadedRun,
-    SourcesEngine,
-    attention_record,
-    load_served,
-    model_facts,
-    source_lengths,
-    trace_record,
-    translate_texts,
-    translation_records,
-)
+from tformer_cli.api.run import Run, load
+from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import (
     AttentionOptions,
     DecodeConfig,
@@ -45,7 +35,17 @@ from tformer_cli.config import (
     ServeOptions,
     TraceOptions,
 )
+from tformer_cli.data.corpus import PARALLEL_FILES, corpus_within
+from tformer_cli.data.tokenizer import encode
+from tformer_cli.decode.streams import format_translations
+from tformer_cli.decode.translate import Batching, SourcesEngine, translate_texts
+from tformer_cli.device import precision_name
+from tformer_cli.engines import load_engine
 from tformer_cli.errors import SettingError, TformerError
+from tformer_cli.report.attention.maps import KINDS
+from tformer_cli.report.attention.render import to_json
+from tformer_cli.report.attention.view import attend, summary_rows
+from tformer_cli.report.eval_run import use_threads
 
 try:
     import uvicorn
@@ -141,14 +141,19 @@ class Batcher:
             if group[0].attention:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
             elif group[0].trace:
-                answers = [trace_record(self.traced, j.texts[0], j.cfg, j.trace) for j in group]
+                answers = [
+                    self.traced.trace(
+                        j.texts[0], beam=j.cfg.beam, top=j.trace, alpha=j.cfg.alpha
+                    ).to_dict()
+                    for j in group
+                ]
             else:
                 texts = [t for j in group for t in j.texts]
                 batching = Batching(self.max_tokens)
                 results = translate_texts(
                     self.run, texts, group[0].cfg, batching, engine=self.engine
                 )
-                records = translation_records(results)
+                records = [json.loads(line) for line in format_translations(results, "json")]
                 answers, start = [], 0
                 for job in group:
                     part = records[start : start + len(job.texts)]
@@ -161,6 +166,40 @@ class Batcher:
             return
         for job, answer in zip(group, answers, strict=True):
             job.future.set_result(answer)
+
+
+# ---------------------------------------------------------------------------- the run
+def load_served(
+    model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0
+) -> tuple[LoadedRun, SourcesEngine | None]:
+    """The run to serve (default: the newest) in ``precision`` (default: its own), on
+    ``threads`` CPU threads as ``tformer eval`` (``use_threads``), and what translates it:
+    ``None`` (tformer's search) for torch, or its CTranslate2 export (on those threads)."""
+    run = load(model, device=device, precision=precision).loaded[0]
+    use_threads(threads)
+    return run, load_engine(engine, run)
+
+
+def example_text(run: LoadedRun) -> str:
+    """A sentence of the run's own data for the page to start with: the shortest of the first
+    100 source sentences of its valid split; "" where the data is remote (``hf:``) or unreadable."""
+    train = run.config.train
+    if train.data.startswith("hf:"):
+        return ""
+    files = {name: getattr(train, name) for name in PARALLEL_FILES}
+    langs = {"src_lang": train.src_lang, "tgt_lang": train.tgt_lang}
+    try:
+        with corpus_within(train.data, **langs, seed=train.seed, **files) as corpus:
+            return min(corpus["valid"]["src"][:100], key=len, default="")
+    except (TformerError, OSError, ValueError):
+        return ""
+
+
+def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, Any]:
+    """What ``tformer inspect-attention --json`` writes for ``text``: every kind's weights with
+    their token labels, and the per-head summary of cross-attention."""
+    maps = attend(run, text, cfg)
+    return json.loads(to_json(maps, summary_rows(maps, "cross")))
 
 
 # ---------------------------------------------------------------------------- limits
@@ -270,17 +309,22 @@ def page_route(name: str) -> Callable[[], Awaitable[Response]]:
 
 
 def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any]:
-    """``GET /model``: the run (``model_facts``), this server's version and limits."""
-    facts = model_facts(run)
-    config, example = facts.pop("config"), facts.pop("example")
+    """``GET /model``: the run (its name, device, precision, size, attention kinds), this
+    server's version and limits, the run's settings and an example sentence."""
+    m = run.model
     return {
-        "run": facts.pop("run"),
+        "run": run.run_dir.name,
         "tformer": __version__,
-        **facts,
+        "device": str(run.device),
+        "precision": precision_name(run.device, run.dtype),
+        "parameters": sum(p.numel() for p in m.parameters()),
+        "layers": {"encoder": len(m.encoder), "decoder": len(m.decoder)},
+        "heads": m.cfg.h,
+        "kinds": list(KINDS),
         "limits": dataclasses.asdict(limits),
         "max_tokens": max_tokens,
-        "config": config,
-        "example": example,
+        "config": dataclasses.asdict(run.config),
+        "example": example_text(run),
     }
 
 
@@ -311,7 +355,7 @@ def search(options: type, **settings: Any) -> DecodeConfig:
 def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
     """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
     positions = run.model.cfg.max_positions
-    lengths = source_lengths(run, texts)
+    lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]  # </s> included
     for i, n in enumerate(lengths):
         if n > positions:
             where = f"{name}[{i}]" if name == "texts" else name

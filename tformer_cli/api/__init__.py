@@ -1,9 +1,6 @@
-"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md), and
-the modules that the command line and the server call (``decoding``, ``learn``, ``reports``,
-``serving``, ``training``).
+"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md).
 
-The names load on first use (PEP 562), so a face may import a light module of the package
-(``api.decoding``) without loading torch and every model.
+The names load on first use (PEP 562): importing the package loads no torch and no model.
 """
 
 from __future__ import annotations

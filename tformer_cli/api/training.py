@@ -1,6 +1,6 @@
 """Training and the runs folder from Python: ``train`` (as ``tformer train``), ``runs``,
-``compare``; and the steps of ``tformer train`` that the command line calls: its settings
-(``train_settings``), its processes (``launch_processes``) and the training (``run_training``)."""
+``compare``; and the steps of training it shares with ``tformer train``: its settings
+(``train_settings``) and the training (``run_training``)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
-from tformer_cli.training.distributed import LAUNCHED, launch
+from tformer_cli.training.distributed import LAUNCHED
 from tformer_cli.training.setup import new_configs, new_run_dir, resume_options, resumed_configs
 
 if TYPE_CHECKING:
@@ -72,14 +72,6 @@ def train_settings(
         return (*resumed_configs(resume, overrides, ignored, say), resume)
     model_cfg, train_cfg = new_configs(options, load_recipe(preset) if preset else {})
     return model_cfg, train_cfg, new_run_dir(runs_dir, name, train_cfg.data)
-
-
-def launch_processes(nproc: int, nnodes: str, rdzv_endpoint: str | None, argv: list[str]) -> int:
-    """``--nproc``/``--nnodes``: the same command (``argv``) once per process under torchrun;
-    its exit status."""
-    if os.environ.get("WORLD_SIZE"):
-        raise TformerError("--nproc starts torchrun itself: not under torchrun")
-    return launch(nproc, argv, nnodes, rdzv_endpoint)
 
 
 @dataclass(frozen=True)

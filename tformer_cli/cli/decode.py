@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import typer
 from rich.console import Console
@@ -15,12 +17,13 @@ from rich.console import Console
 from tformer_cli.cli.app import check_engine, destination, err, out, wrote
 from tformer_cli.cli.options import command, shared
 from tformer_cli.config import AttentionOptions, DecodeConfig, DecodeOptions, Range, option
+from tformer_cli.engines import load_engine
+from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from tformer_cli.api.decoding import Translator
-    from tformer_cli.api.learn import Use
+    from tformer_cli.checkpoint import LoadedRun
+    from tformer_cli.decode.translate import SourcesEngine
+    from tformer_cli.learn.use import Use
 
 
 # ---------------------------------------------------------------------------- translate
@@ -112,8 +115,6 @@ def translate(v: Translate) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.api.decoding import open_translator, read_inputs
-
     if v.greedy and (v.sample or v.mbr):
         raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
     cfg = v.search(0.0 if v.alpha is None else v.alpha)  # without --alpha: the run's, once loaded
@@ -130,7 +131,7 @@ def translate(v: Translate) -> None:
     )  # fmt: skip
     if (note := min_len_note(cfg)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
-    from tformer_cli.api.learn import swapped
+    from tformer_cli.learn.use import swapped
 
     with swapped(use, [r.model for r in translator.runs]):
         run_translator(translator, v, inputs)
@@ -145,7 +146,7 @@ def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
         raise typer.BadParameter(
             "your functions run in tformer's eager step: use --engine torch", param_hint="--use"
         )
-    from tformer_cli.api.learn import EAGER_NOTE, prepare
+    from tformer_cli.learn.use import EAGER_NOTE, prepare
 
     use = prepare(path)
     if not quiet:
@@ -158,8 +159,6 @@ def run_translator(
     translator: Translator, v: Translate, inputs: tuple[Iterable[str], int | None] | None
 ) -> None:
     """The rest of ``translate``: the trace, then the prompt or the lines read."""
-    from tformer_cli.api.decoding import output_style
-
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
         wrote(v.trace, v.quiet)
@@ -183,6 +182,115 @@ def run_translator(
         err.print("note: no input sentences: nothing to translate", markup=False)
     if v.output is not None:
         wrote(v.output, v.quiet)
+
+
+def read_inputs(
+    texts: list[str] | None, file: Path | None, stdin: TextIO
+) -> tuple[Iterable[str], int | None] | None:
+    """The texts to translate and their count if known: the arguments, the lines of a file
+    (``-``: stdin) or of piped ``stdin``, read as they come; ``None``: ask on the terminal."""
+    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
+
+    if texts and file is not None:
+        raise TformerError("give sentences or --file, not both")
+    if texts:
+        return check_arguments(texts), len(texts)
+    if file is not None and str(file) != "-":
+        return file_lines(file), count_lines(file)
+    if file is None and stdin.isatty():
+        return None
+    return read_lines(stdin.buffer, "stdin"), None
+
+
+def output_style(json_out: bool, nbest: int, scores: bool) -> str:
+    """The format of translate's lines: json, nbest (INDEX, SCORE, TEXT), scores or plain."""
+    return "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
+
+
+@dataclasses.dataclass(frozen=True)
+class Translator:
+    """Loaded runs (an ensemble past one) with the search of a ``tformer translate`` and what
+    decodes (``engine``: ``None`` for tformer's search; ``use_cache``: its KV cache)."""
+
+    runs: list[LoadedRun]
+    cfg: DecodeConfig
+    engine: SourcesEngine | None = None
+    use_cache: bool = True
+
+    def with_engine(self, engine: str) -> Translator:
+        """This translator decoding with ``engine``: torch, or ctranslate2 (the run's export,
+        made on first use)."""
+        return dataclasses.replace(self, engine=load_engine(engine, self.runs[0]))
+
+    def trace(self, path: Path, texts: Sequence[str]) -> None:
+        """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
+        from tformer_cli.api.run import Run
+        from tformer_cli.files import atomic_write_text
+
+        cfg = self.cfg
+        if not texts or cfg.sampling is not None or cfg.mbr:
+            raise TformerError("--trace follows the search of a sentence given as an argument")
+        traced = Run(self.runs, cfg.alpha).trace(texts[0], beam=cfg.beam, top=cfg.beam + 5)
+        atomic_write_text(path, traced.to_json() + "\n")
+
+    def line(self, text: str, style: str) -> str:
+        """The output line of one text (the terminal prompt's)."""
+        from tformer_cli.decode.streams import format_translations
+        from tformer_cli.decode.translate import Batching, translate_texts
+
+        batching = Batching(use_cache=self.use_cache)
+        result = translate_texts(self.runs, [text], self.cfg, batching, engine=self.engine)
+        return format_translations(result, style)[0]
+
+    def stream(
+        self, lines: Iterable[str], total: int | None, log: Console, *, style: str,
+        output: Path | None, sink: BinaryIO, max_tokens: int, batch_size: int | None,
+        chunk_size: int, quiet: bool,
+    ) -> int:  # fmt: skip
+        """Translate ``lines`` ``chunk_size`` at a time, each chunk sorted by length into
+        batches, and write each chunk's lines as soon as they are ready: to ``sink``, or to
+        ``output`` whole at the end; a progress bar on ``log`` past 100 lines. The count."""
+        from tformer_cli.console import make_progress
+        from tformer_cli.decode import streams
+        from tformer_cli.decode.translate import Batching
+        from tformer_cli.device import oom_hint
+
+        few = total < 100 if total is not None else not log.is_terminal  # no bar: a short job
+        with (
+            make_progress("translate", log, disable=quiet or few) as progress,
+            oom_hint(max_tokens),
+        ):
+            task = progress.add_task("translate", total=total, info="")
+            chunks = streams.translate_chunks(
+                self.runs, lines, self.cfg, Batching(max_tokens, batch_size, self.use_cache),
+                chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n),
+                engine=self.engine,
+            )  # fmt: skip
+            if output is not None:
+                return streams.save_translations(output, chunks, style)
+            return streams.write_translations(chunks, sink, style)
+
+
+def open_translator(
+    models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
+    precision: str | None, compile: str, use_cache: bool, threads: int = 0,
+) -> Translator:  # fmt: skip
+    """The runs loaded for ``tformer translate`` (default: the newest) with ``precision``
+    (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
+    ``beam_alpha``), on ``threads`` CPU threads as ``tformer eval`` (``use_threads``);
+    tformer's search decodes until ``with_engine`` says otherwise."""
+    from tformer_cli.api.run import own_precision, run_alpha
+    from tformer_cli.checkpoint import load_runs
+    from tformer_cli.report.eval_run import use_threads
+    from tformer_cli.report.pick import choose_run
+
+    paths = [choose_run(m) for m in models or [None]]
+    precision = precision or own_precision(paths[0])
+    runs = load_runs(paths, device, precision, compile)
+    use_threads(threads)
+    if alpha is None:  # the first run's
+        cfg = dataclasses.replace(cfg, alpha=run_alpha(None, runs[0].config))
+    return Translator(runs, cfg, use_cache=use_cache)
 
 
 # ---------------------------------------------------------------------------- inspect-attention
@@ -212,19 +320,15 @@ def inspect_attention(v: InspectAttention) -> None:
     and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
-    from tformer_cli.api.decoding import inspect_attention as inspect
+    from tformer_cli.api.run import own_precision
+    from tformer_cli.report.attention.view import AttentionRequest, inspect_attention
+
+    asked = {f.name: getattr(v, f.name) for f in dataclasses.fields(AttentionOptions)}
+    precision = v.precision or own_precision(v.model)
+    request = AttentionRequest(**asked, device=v.device, precision=precision)
 
     def run_inspect(console: Console, log: Console, **files: Any) -> None:
-        inspect(
-            v.text,
-            v.model,
-            console,
-            log,
-            options=v,
-            device=v.device,
-            precision=v.precision,
-            **files,
-        )
+        inspect_attention(v.text, v.model, request, console, log, **files)
 
     log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
     if not v.json_out:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from tformer_cli.cli.app import check_engine, destination, err, out, positional, wrote
 from tformer_cli.cli.decode import min_len_note
-from tformer_cli.cli.options import command, shared
+from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import EvalOptions, OneOf, option
+
+if TYPE_CHECKING:
+    from tformer_cli.report.request import EvalRequest
 
 X_AXIS = OneOf(("updates", "time"))  # of the curves (show, compare --save)
 # The search's settings that an evaluation has not: it scores the best hypothesis.
@@ -52,7 +56,6 @@ def evaluate(v: Evaluate) -> None:
     quality decay with length. Metrics with no defined value print n/a. With several runs
     (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
-    from tformer_cli.api.reports import evaluate_runs
     from tformer_cli.api.run import eval_request, run_alpha
 
     runs = v.model or [None]
@@ -73,6 +76,30 @@ def evaluate(v: Evaluate) -> None:
     for written in (v.output if v.json_out else None, v.hypotheses):
         if written is not None:
             wrote(written, v.quiet)
+
+
+def evaluate_runs(
+    runs: Sequence[Path | None], asked: EvalRequest, *, console: Console | None, log: Console,
+    json_path: Path | None = None, hyp_path: Path | None = None, quiet: bool = False,
+) -> str:  # fmt: skip
+    """``tformer eval`` of each run (``None``: the newest), kept in its folder, each report
+    printed on ``console`` (``None``: not printed); the last run also scores the ensemble of
+    them all and writes ``json_path`` and ``hyp_path``. Returns the last report's JSON."""
+    from tformer_cli.device import oom_hint
+    from tformer_cli.report.eval_run import evaluate_run
+    from tformer_cli.report.evaluation import render_report, report_json
+
+    for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
+        last = i == len(runs) - 1
+        with oom_hint():
+            evaluation = evaluate_run(
+                run, asked, keep=True, json_path=json_path if last else None,
+                hyp_path=hyp_path if last else None, ensemble_with=runs[:-1] if last else (),
+                console=log, quiet=quiet,
+            )  # fmt: skip
+        if console is not None:
+            console.print(render_report(evaluation.report))
+    return report_json(evaluation.report)
 
 
 # ---------------------------------------------------------------------------- runs, show, compare
@@ -100,11 +127,6 @@ def runs_command(v: Runs) -> None:
 
     with destination(v.output) as console:
         show_runs(v.folder, console, as_json=v.json_out)
-
-
-def legacy_run(help: str = "Deprecated: use -m RUN.", metavar: str = "RUN") -> Any:
-    """The hidden argument of an old spelling, kept for a release."""
-    return field(default=None, metadata=option(help, argument=True, hidden=True, metavar=metavar))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import typer
 from tformer_cli.cli.app import Command, app, friendly_errors, from_options
 from tformer_cli.config import DEVICES, MODES, PRECISIONS, OneOf, Range, Values, option
 from tformer_cli.config.fields import kind_of
+from tformer_cli.engines import ENGINES
 
 S = TypeVar("S")
 
@@ -159,7 +160,7 @@ SHARED: dict[str, tuple[Any, dict[str, Any]]] = {
             "What decodes: torch (tformer's search) or ctranslate2 (the run's CTranslate2 export,"
             " made on first use in RUN/ctranslate2/; there --alpha divides by |Y|^alpha, not by"
             " GNMT's ((5+|Y|)/6)^alpha; no MBR, epsilon sampling or ensembles).",
-            values=OneOf(("torch", "ctranslate2")),
+            values=OneOf(ENGINES),
         ),
     ),
     "threads": (
@@ -178,6 +179,12 @@ SHARED: dict[str, tuple[Any, dict[str, Any]]] = {
     ),
     "quiet": (False, option("No progress bar or log lines.", flags=("--quiet", "-q"))),
 }
+
+
+def legacy_run(help: str = "Deprecated: use -m RUN.", metavar: str = "RUN") -> Any:
+    """The field of the hidden argument of an old spelling, kept for a release."""
+    meta = option(help, argument=True, hidden=True, metavar=metavar)
+    return dataclasses.field(default=None, metadata=meta)
 
 
 def shared(name: str, help: str = "") -> Any:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -21,8 +22,16 @@ from tformer_cli.cli.app import (
     positional,
     wrote,
 )
-from tformer_cli.cli.options import parameter, parameters, shared, with_options
+from tformer_cli.cli.options import (
+    command,
+    legacy_run,
+    parameter,
+    parameters,
+    shared,
+    with_options,
+)
 from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, option
+from tformer_cli.errors import TformerError
 
 # ---------------------------------------------------------------------------- train
 
@@ -98,16 +107,15 @@ def train(ctx: typer.Context, **values: Any) -> None:
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.api.training import (
-        launch_processes,
-        run_training,
-        train_settings,
-        training_log,
-    )
+    from tformer_cli.api.training import run_training, train_settings, training_log
 
     v = Own(**{f.name: values[f.name] for f in dataclasses.fields(Own)})
     if v.nproc > 1 or v.nnodes != "1":  # the same command, once per process, under torchrun
-        raise typer.Exit(launch_processes(v.nproc, v.nnodes, v.rdzv_endpoint, sys.argv[2:]))
+        from tformer_cli.training.distributed import launch
+
+        if os.environ.get("WORLD_SIZE"):
+            raise TformerError("--nproc starts torchrun itself: not under torchrun")
+        raise typer.Exit(launch(v.nproc, sys.argv[2:], v.nnodes, v.rdzv_endpoint))
     log = training_log(v.quiet)
     with from_options(ctx):
         model_cfg, train_cfg, run_dir = train_settings(
@@ -133,37 +141,33 @@ def train(ctx: typer.Context, **values: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- average
-@app.command("average", cls=Command)
-@friendly_errors
-def average_checkpoints(
-    legacy: Annotated[
-        Path | None, typer.Argument(help="Deprecated: use -m RUN.", hidden=True, metavar="RUN")
-    ] = None,
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Run trained with --average N. Default: the newest run.",
-            show_default=False,
-        ),
-    ] = None,
-    last: Annotated[int, typer.Option(min=2, help="Average the N newest checkpoints.")] = 5,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Where to write the weights. Default: RUN/averaged.pt;"
-            " RUN/model.pt makes the average the run's model.",
-        ),
-    ] = None,
-) -> None:
-    """Average the parameters of a run's newest validation checkpoints (element-wise, fp32)."""
-    from tformer_cli.api.reports import average_checkpoints as average
+@dataclass(frozen=True)
+class Average:
+    """``tformer average``: the run, how many checkpoints, and where the mean goes."""
 
-    run = positional(legacy, model, "tformer average RUN", "tformer average -m RUN")
-    paths, target = average(run, last, output)
+    legacy: Path | None = legacy_run()
+    model: Path | None = shared("model", "Run trained with --average N. Default: the newest run.")
+    last: int = field(
+        default=5, metadata=option("Average the N newest checkpoints.", values=Range(2))
+    )
+    output: Path | None = field(
+        default=None,
+        metadata=option(
+            "Where to write the weights. Default: RUN/averaged.pt; RUN/model.pt makes the"
+            " average the run's model.",
+            flags=("--output", "-o"),
+        ),
+    )
+
+
+@command(Average, "average")
+def average_checkpoints(v: Average) -> None:
+    """Average the parameters of a run's newest validation checkpoints (element-wise, fp32)."""
+    from tformer_cli.checkpoint import average_run
+    from tformer_cli.report.pick import choose_run
+
+    run = positional(v.legacy, v.model, "tformer average RUN", "tformer average -m RUN")
+    paths, target = average_run(choose_run(run), v.last, v.output)
     out.print(
         f"averaged {len(paths)} checkpoints ({paths[0].stem} to {paths[-1].stem})", markup=False
     )
