@@ -248,8 +248,12 @@ def test_the_command_line_names_a_setting_by_its_option_s_long_form():
     [
         (["translate", "x", "-k", "2", "--nbest", "3"], "'--nbest': 3 needs --beam >= 3"),
         (["eval", "--top-k", "3"], "'--top-k': 3 needs --sample or --mbr"),
+        (["train", "--scheduled-sampling", "exp", "--ss-k", "5"],
+         "'--ss-k': 5.0 must be in (0, 1] for --scheduled-sampling exp"),
+        (["train", "--scheduled-sampling", "inverse-sigmoid", "--ss-k", "0.5"],
+         "'--ss-k': 0.5 must be at least 1 for --scheduled-sampling inverse-sigmoid"),
     ],
-)
+)  # fmt: skip
 def test_the_command_line_says_it_with_the_usage_panel_before_anything_loads(
     tmp_path, monkeypatch, args, message
 ):
