@@ -118,9 +118,10 @@ def test_python_evaluates_with_the_eval_options_fields(function):
 
 # ---------------------------------------------------------------------------- attention
 SELECTED = {name: "Run.attention returns every map (Attention.weights); a notebook selects"
-            for name in ("kind", "layer", "head")}  # fmt: skip
+            for name in ("layer", "head")}  # fmt: skip
 ATTENTION_SERVED = {
     **SELECTED,
+    "kind": "the server answers every kind's maps, and the summary of cross-attention",
     "align": "the server answers the maps; alignment accuracy is the command's",
     "align_sentences": "the server answers the maps; alignment accuracy is the command's",
 }

@@ -126,6 +126,17 @@ def test_attention_maps_are_layer_head_query_key_tensors_with_labels(run_dir):
     assert len(att.heads) == 8 and "<svg" in att._repr_html_()
 
 
+@pytest.mark.parametrize("kind", ["cross", "decoder"])
+def test_inspect_attention_json_is_the_api_s_attention(run_dir, kind):
+    """``inspect-attention --json`` prints what ``Run.attention(...).to_json()`` returns."""
+    run = tformer.load(run_dir, device="cpu")
+    args = ["inspect-attention", TEXTS[2], "-m", str(run_dir), "-k", "2", "--kind", kind]
+    printed = runner.invoke(app, [*args, "--json", "--device", "cpu"])
+    assert printed.exit_code == 0, printed.output
+    wanted = json.loads(run.attention(TEXTS[2], beam=2, kind=kind).to_json())
+    assert json.loads(printed.stdout) == wanted and wanted["heads"]
+
+
 def test_translate_file_streams_lines(run_dir, tmp_path):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("".join(f"{t}\n" for t in TEXTS), encoding="utf-8")

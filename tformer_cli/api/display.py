@@ -131,6 +131,12 @@ class Attention:
         """(query labels, key labels) of a kind's maps."""
         return self.maps.labels(kind)
 
+    def to_json(self) -> str:
+        """Every weight with its tokens, the summary and its note: ``inspect-attention --json``."""
+        return render.to_json(
+            self.maps, self.heads, {"alignment_note": self.note} if self.note else {}
+        )
+
     def _repr_html_(self) -> str:
         view = select(self.maps, "cross", "all", "all")
         rows = "".join(

@@ -24,7 +24,6 @@ from tformer_cli.config import (
 )
 from tformer_cli.config.fields import refused_kind
 from tformer_cli.data.batching import pad
-from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, encode
 from tformer_cli.decode.reference import next_logprobs
 from tformer_cli.decode.search import ensemble
@@ -34,9 +33,8 @@ from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import inference
 from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.learn.use import Use, prepare, swapped
-from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
 from tformer_cli.report.attention.maps import inspect_pair
-from tformer_cli.report.attention.view import summary_rows
+from tformer_cli.report.attention.view import AttentionRequest, alignment, summary_rows
 from tformer_cli.report.curves import make_chart, run_series
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig
@@ -46,8 +44,8 @@ from tformer_cli.report.runs import read_log
 
 PathLike = str | Path
 NOT_EVALUATED = ("nbest",)  # an evaluation scores the best hypothesis
-# what inspect-attention shows of the maps; Run.attention returns them all (Attention.weights)
-SELECTION = ("kind", "layer", "head")
+# the panels inspect-attention draws; Run.attention returns every map (Attention.weights)
+SELECTION = ("layer", "head")
 
 
 def as_path(value: PathLike | None, argument: str) -> Path | None:
@@ -278,8 +276,9 @@ class Run:
     @takes(AttentionOptions, skip=SELECTION)
     def attention(self, text: str, *, target: str | None = None, **options: Any) -> Attention:
         """Every attention map of ``text`` and its translation (``beam``; or ``target``,
-        teacher-forced), as ``tformer inspect-attention`` computes them, with its summary
-        (``align``: alignment accuracy on ``align_sentences`` toy test pairs)."""
+        teacher-forced), with the per-head summary of ``kind`` that ``tformer inspect-attention``
+        prints (``align``: cross-attention's alignment accuracy on ``align_sentences`` toy test
+        pairs, a run trained on toy's) and its note."""
         asked = settings(AttentionOptions, options, skip=SELECTION)
         lead, src = self.loaded[0], self._source(text)
         src_ids = src[0, :-1].tolist()
@@ -290,14 +289,9 @@ class Run:
             targets = [*encode(self.tgt_tokenizer, as_texts(target, "target"))[0], EOS_ID]
         with inference(lead.device, lead.dtype):
             maps = inspect_pair(lead.model, self.tokenizer, text, src_ids, targets)
-            score, note = None, ""
-            if asked.align and self.config.train.data == "toy":
-                pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", asked.align_sentences)
-                score = alignment_accuracy(lead.model, self.tokenizer, pairs, links)
-                score = score if score.words else None
-        if score is not None and (best_head := score.best()) is not None:
-            note = f"best aligned head: layer {best_head[0] + 1} head {best_head[1] + 1}"
-        return Attention(maps, summary_rows(maps, "cross", score), note)
+        chosen = {f.name: getattr(asked, f.name) for f in dataclasses.fields(asked)}
+        score, note = alignment(lead, AttentionRequest(**chosen))
+        return Attention(maps, summary_rows(maps, asked.kind, score), note)
 
     @takes(EvalOptions, skip=NOT_EVALUATED)
     def evaluate(

@@ -327,23 +327,15 @@ def inspect_attention(v: InspectAttention) -> None:
     precision = v.precision or own_precision(v.model)
     request = AttentionRequest(**asked, device=v.device, precision=precision)
 
-    def run_inspect(console: Console, log: Console, **files: Any) -> None:
-        inspect_attention(v.text, v.model, request, console, log, **files)
-
     log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
-    if not v.json_out:
-        with destination(v.output, v.quiet) as console:
-            run_inspect(console, log, save=v.save)
-        return
-    if v.output is not None:  # JSON to a file, the text to nowhere
-        run_inspect(Console(file=io.StringIO()), log, save=v.save, json_path=v.output)
-        return
-    import tempfile
+    if not v.json_out or v.save is not None:  # the maps drawn (with --json, to nowhere)
+        with destination(None if v.json_out else v.output, v.quiet) as console:
+            text = Console(file=io.StringIO()) if v.json_out else console
+            inspect_attention(v.text, v.model, request, text, log, save=v.save)
+    if v.json_out:  # every weight, as the library returns it
+        from tformer_cli.api.run import load
 
-    with tempfile.TemporaryDirectory() as folder:  # JSON on stdout: the library writes files
-        written = Path(folder) / "attention.json"
-        quiet_log = Console(stderr=True, quiet=True)
-        run_inspect(Console(file=io.StringIO()), quiet_log, save=v.save, json_path=written)
-        if v.save is not None:
-            wrote(v.save, v.quiet)
-        out.print(written.read_text(encoding="utf-8"), markup=False, end="")
+        run = load(v.model, device=v.device, precision=precision, compile="off")
+        chosen = {name: value for name, value in asked.items() if name not in ("layer", "head")}
+        with destination(v.output, v.quiet) as console:
+            console.print(run.attention(v.text, **chosen).to_json(), markup=False, end="")
