@@ -305,9 +305,9 @@ def test_translate_runs_int8_and_eager_steps_and_bad_values_are_usage_errors(
          " [0.0001, 10000]"),
         (["--sample", "--top-p", "1.5"], "'--top-p': Value error, 1.5 must be in (0, 1]"),
         (["--sample", "--epsilon", "1"], "'--epsilon': Value error, 1.0 must be in [0, 1)"),
-        (["--top-k", "3"], "'--top-k': needs --sample or --mbr"),
+        (["--top-k", "3"], "'--top-k': 3 needs --sample or --mbr"),
         (["--mbr", "4", "--mbr-from", "beam", "--temperature", "0.5"],
-         "'--temperature': needs --sample or --mbr"),
+         "'--temperature': 0.5 needs --sample or --mbr"),
         (["--mbr", "4", "--mbr-utility", "ter"], "'--mbr-utility': Value error, 'ter' must be"
          " one of chrf, bleu"),
         (["--mbr", "4", "--mbr-from", "dice"], "'--mbr-from': Value error, 'dice' must be one"

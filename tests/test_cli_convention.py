@@ -15,7 +15,6 @@ import typer
 from typer.testing import CliRunner
 
 from tests.conftest import checkout_first_env
-from tformer_cli import cli
 from tformer_cli.cli import app
 from tformer_cli.config import MAX_VOCAB
 
@@ -242,8 +241,9 @@ def test_the_default_precision_is_the_runs_own(run_dir):
     config = json.loads((run_dir / "config.json").read_text())
     config["train"]["precision"] = "bf16"
     (run_dir / "config.json").write_text(json.dumps(config))
-    assert cli.own_precision(None, [run_dir]) == "bf16"
-    assert cli.own_precision("fp32", [run_dir]) == "fp32"
+    from tformer_cli.api.run import own_precision
+
+    assert own_precision(run_dir) == "bf16"
     import tformer_cli as tformer
 
     assert tformer.load(run_dir, device="cpu").loaded[0].dtype == torch.bfloat16
@@ -314,5 +314,5 @@ def test_the_groups_help_has_plain_metavars(path):
 
 def test_choices_show_as_choices():
     text = invoke("train", "--help").stdout
-    for choices in ("bpe|unigram|wordlevel", "rsqrt|linear|cosine|auto", "fp32|bf16|auto"):
+    for choices in ("bpe|unigram|wordlevel", "auto|rsqrt|linear|cosine", "fp32|bf16|auto"):
         assert choices in text

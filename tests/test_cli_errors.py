@@ -24,8 +24,19 @@ from typer.testing import CliRunner
 
 from tformer_cli.cli import app
 from tformer_cli.cli.app import Command, from_options
-from tformer_cli.cli.options import Parsed, Pattern
-from tformer_cli.config import TRAIN_OPTIONS, DecodeConfig, OneOf, Range, SamplingConfig
+from tformer_cli.cli.options import Parsed
+from tformer_cli.config import (
+    TRAIN_OPTIONS,
+    AttentionOptions,
+    DecodeConfig,
+    DecodeOptions,
+    EvalOptions,
+    OneOf,
+    Pattern,
+    Range,
+    SamplingConfig,
+    ServeOptions,
+)
 from tformer_cli.errors import SettingError
 
 runner = CliRunner()
@@ -98,10 +109,12 @@ def declared(param: Any) -> tuple[Any, Any, Any]:
 
 def settings_values(path: str, param: Any) -> Any:
     """The values of the settings field an option sets, where it sets one: a train option's
-    (train, tokenizer train), else the search's (``DecodeConfig``, ``SamplingConfig``)."""
+    (train, tokenizer train), else the search's (``DecodeConfig``, ``SamplingConfig``) or a
+    job's settings object's."""
     if path in ("train", "tokenizer train"):
         return getattr(TRAIN_OPTIONS.get(param.name), "values", None)
-    for config in (DecodeConfig, SamplingConfig):
+    jobs = (EvalOptions, AttentionOptions, ServeOptions)
+    for config in (DecodeConfig, SamplingConfig, *jobs):
         fields = {f.name: f for f in dataclasses.fields(config)}
         if param.name in fields:
             return fields[param.name].metadata.get("values")
@@ -222,7 +235,7 @@ def test_the_command_line_names_a_setting_by_its_option_s_long_form():
     assert error.value.param.name == "top_p"
     assert error.value.format_message() == "Invalid value for '--top-p': 2.0 must be in (0, 1]"
     with pytest.raises(typer.BadParameter) as error, from_options(context("translate")):
-        DecodeConfig(beam=2, nbest=3).nbest_in_beam()  # the rule's other setting: an option too
+        DecodeOptions(beam=2, nbest=3)  # the rule's other setting: an option too
     assert error.value.format_message() == "Invalid value for '--nbest': 3 needs --beam >= 3"
     with pytest.raises(typer.BadParameter) as error, from_options(context("eval")):
         DecodeConfig(beam=0)
@@ -234,9 +247,13 @@ def test_the_command_line_names_a_setting_by_its_option_s_long_form():
     ("args", "message"),
     [
         (["translate", "x", "-k", "2", "--nbest", "3"], "'--nbest': 3 needs --beam >= 3"),
-        (["eval", "--top-k", "3"], "'--top-k': needs --sample or --mbr"),
+        (["eval", "--top-k", "3"], "'--top-k': 3 needs --sample or --mbr"),
+        (["train", "--scheduled-sampling", "exp", "--ss-k", "5"],
+         "'--ss-k': 5.0 must be in (0, 1] for --scheduled-sampling exp"),
+        (["train", "--scheduled-sampling", "inverse-sigmoid", "--ss-k", "0.5"],
+         "'--ss-k': 0.5 must be at least 1 for --scheduled-sampling inverse-sigmoid"),
     ],
-)
+)  # fmt: skip
 def test_the_command_line_says_it_with_the_usage_panel_before_anything_loads(
     tmp_path, monkeypatch, args, message
 ):

@@ -268,15 +268,40 @@ def test_decode_config_refuses_negative_penalties_and_limits():
             DecodeConfig(**{name: -1})
 
 
-def test_the_faces_keep_nbest_within_the_beam_unless_they_draw():
-    from tformer_cli.config import DecodeConfig, SamplingConfig
+def test_the_decode_options_keep_nbest_within_the_beam_unless_they_draw():
+    from tformer_cli.config import DecodeConfig, DecodeOptions
 
     with pytest.raises(SettingError, match=r"^nbest=3: needs beam >= 3$") as error:
-        DecodeConfig(beam=2, nbest=3).nbest_in_beam()
+        DecodeOptions(beam=2, nbest=3)
     assert error.value.message == "3 needs beam >= 3"  # the server's detail, after "nbest: "
-    assert DecodeConfig(beam=1, nbest=3, sampling=SamplingConfig()).nbest_in_beam().nbest == 3
-    assert DecodeConfig(beam=1, nbest=3, mbr=3).nbest_in_beam().nbest == 3
+    assert DecodeOptions(beam=2, nbest=3, sample=True).search(0.6).nbest == 3
+    assert DecodeOptions(beam=2, nbest=3, mbr=3).search(0.6).nbest == 3
     assert DecodeConfig(beam=2, nbest=3).nbest == 3  # the search itself ranks more than a beam
+
+
+@pytest.mark.parametrize("name, value", [("temperature", 0.5), ("top_k", 3), ("top_p", 0.9)])
+def test_a_sampling_option_where_nothing_is_drawn_is_refused_by_name(name, value):
+    from tformer_cli.config import DecodeOptions
+
+    with pytest.raises(SettingError, match=rf"^{name}={value}: needs sample or mbr"):
+        DecodeOptions(**{name: value})
+    drawn = DecodeOptions(**{name: value}, mbr=4).search(0.6)  # MBR over samples draws them
+    assert (drawn.beam, getattr(drawn.sampling, name)) == (1, value)
+    with pytest.raises(SettingError, match=f"^{name}="):  # MBR over the beam's n-best does not
+        DecodeOptions(**{name: value}, mbr=4, mbr_from="beam")
+
+
+def test_a_setting_of_the_wrong_type_is_refused_by_name():
+    from tformer_cli.config import DecodeOptions, EvalOptions, TraceOptions
+
+    for cls, bad, rule in [(DecodeOptions, {"beam": "5"}, "must be a whole number"),
+                           (DecodeOptions, {"beam": True}, "must be a whole number"),
+                           (DecodeOptions, {"sample": 1}, "must be True or False"),
+                           (TraceOptions, {"alpha": "x"}, "must be a number"),
+                           (EvalOptions, {"limit": 1.0}, "must be a whole number")]:  # fmt: skip
+        with pytest.raises(SettingError, match=f"^{next(iter(bad))}=.*: {rule}$"):
+            cls(**bad)
+    assert TraceOptions(alpha=1).alpha == 1  # a whole number is a number
 
 
 @pytest.mark.parametrize(
@@ -403,7 +428,7 @@ def test_a_config_json_from_before_the_parallel_file_fields_still_loads(tmp_path
 def test_train_options_are_declared_once_beside_their_fields():
     """``--layers`` sets both stacks; every option of the configs is one of ``tformer train``'s,
     with the field's default."""
-    from tformer_cli.cli.train import HELP_ORDER, OWN
+    from tformer_cli.cli.train import TRAIN, Own
     from tformer_cli.config import TRAIN_OPTIONS
 
     layers = TRAIN_OPTIONS["layers"]
@@ -412,7 +437,7 @@ def test_train_options_are_declared_once_beside_their_fields():
         ("max_epochs",),
         ("h",),
     )
-    assert sorted(HELP_ORDER) == sorted({*OWN, *TRAIN_OPTIONS}) and not set(OWN) & set(
-        TRAIN_OPTIONS
-    )
+    own = {f.name for f in dataclasses.fields(Own)}
+    assert sorted(p.name for p in TRAIN) == sorted({*own, *TRAIN_OPTIONS})
+    assert not own & set(TRAIN_OPTIONS)
     assert TRAIN_OPTIONS["seed"].default == TrainConfig().seed

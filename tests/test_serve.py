@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 from tests.conftest import WORDS, reversal_pairs, tiny_config
 from tformer_cli.checkpoint import LoadedRun, RunConfig, atomic_torch_save, load_run
 from tformer_cli.cli import app as cli_app
-from tformer_cli.config import DecodeConfig, SamplingConfig, TrainConfig
+from tformer_cli.config import DecodeConfig, DecodeOptions, TrainConfig
 from tformer_cli.data.batching import make_batch
 from tformer_cli.data.tokenizer import PAD_ID, encode, save_tokenizer, train_tokenizer
 from tformer_cli.decode.streams import format_translations
@@ -258,18 +258,18 @@ def test_bad_translate_requests_get_422_naming_the_field(client, body, message):
 
 @pytest.mark.parametrize(
     ("settings", "detail"),
-    [({"beam": 2, "nbest": 3}, "nbest: 3 needs beam >= 3"),
+    [({"beam": 2, "nbest": 3, "alpha": 0.6}, "nbest: 3 needs beam >= 3"),
      ({"alpha": float("nan")}, "alpha: nan must be a finite number"),
-     ({"beam": 1, "sampling": SamplingConfig(), "nbest": 4, "mbr_utility": "ter"},
+     ({"sample": True, "nbest": 4, "mbr_utility": "ter", "alpha": 0.6},
       "mbr_utility: 'ter' must be one of chrf, bleu")],
 )  # fmt: skip
-def test_a_setting_the_config_refuses_is_a_422_naming_its_field(settings, detail):
-    """What the request's schema cannot say (nbest within the beam) is DecodeConfig's to refuse:
+def test_a_setting_the_options_refuse_is_a_422_naming_its_field(settings, detail):
+    """What the request's schema cannot say (nbest within the beam) is DecodeOptions' to refuse:
     its ``SettingError`` answers 422 with the field's name, as the schema's own errors do."""
     from fastapi import HTTPException
 
     with pytest.raises(HTTPException) as error:
-        serve.search(**settings)
+        serve.search(DecodeOptions, **settings)
     assert (error.value.status_code, error.value.detail) == (422, detail)
 
 
@@ -375,13 +375,11 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
 
 def test_serve_threads_set_torch_s_cpu_threads_as_eval_s(run_dir, monkeypatch):
     """--threads reaches the loading of the served run, which sets torch's CPU threads."""
-    from tformer_cli.api.serving import load_served
-
     asked = {}
     monkeypatch.setattr(serve, "serve", lambda *args, **kwargs: asked.update(kwargs))
     result = CliRunner().invoke(cli_app, ["serve", "-m", str(run_dir), "--threads", "2"])
     assert result.exit_code == 0 and asked["threads"] == 2, result.output
-    load_served(run_dir, "cpu", None, "torch", asked["threads"])
+    serve.load_served(run_dir, "cpu", None, "torch", asked["threads"])
     assert torch.get_num_threads() == 2
 
 

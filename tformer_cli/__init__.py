@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     from tformer_cli.api import (
         Attention,
         Curves,
-        Evaluation,
+        Evaluated,
         Hyp,
         Run,
         Score,
         TraceView,
-        Translation,
+        Translated,
         compare,
         load,
         runs,
@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from tformer_cli.errors import TformerError
 
 PUBLIC = {
-    "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TraceView", "Translation",
+    "Attention", "Curves", "Evaluated", "Hyp", "Run", "Score", "TraceView", "Translated",
     "compare", "learn", "load", "runs", "train",
 }  # fmt: skip
 
 __all__ = [
-    "Attention", "Curves", "Evaluation", "Hyp", "Run", "Score", "TformerError", "TraceView",
-    "Translation", "__version__", "compare", "learn", "load", "runs", "setup", "train",
+    "Attention", "Curves", "Evaluated", "Hyp", "Run", "Score", "TformerError", "TraceView",
+    "Translated", "__version__", "compare", "learn", "load", "runs", "setup", "train",
 ]  # fmt: skip
 
 

@@ -9,10 +9,12 @@ names a file. Every bad request gets a 4xx answer with a one-line ``detail``.
 import asyncio
 import contextlib
 import dataclasses
+import json
 import queue
 import socket
 import threading
 import time
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,21 +25,27 @@ from typing import Annotated, Any
 from rich.console import Console
 
 from tformer_cli import __version__
-from tformer_cli.api import Run
-from tformer_cli.api.serving import (
-    Batching,
-    LoadedRun,
-    SourcesEngine,
-    attention_record,
-    load_served,
-    model_facts,
-    source_lengths,
-    trace_record,
-    translate_texts,
-    translation_records,
+from tformer_cli.api.run import Run, load
+from tformer_cli.checkpoint import LoadedRun
+from tformer_cli.config import (
+    AttentionOptions,
+    DecodeConfig,
+    DecodeOptions,
+    Limits,
+    ServeOptions,
+    TraceOptions,
 )
-from tformer_cli.config import DecodeConfig
+from tformer_cli.data.corpus import PARALLEL_FILES, corpus_within
+from tformer_cli.data.tokenizer import encode
+from tformer_cli.decode.streams import format_translations
+from tformer_cli.decode.translate import Batching, SourcesEngine, translate_texts
+from tformer_cli.device import precision_name
+from tformer_cli.engines import load_engine
 from tformer_cli.errors import SettingError, TformerError
+from tformer_cli.report.attention.maps import KINDS
+from tformer_cli.report.attention.render import to_json
+from tformer_cli.report.attention.view import attend, summary_rows
+from tformer_cli.report.eval_run import use_threads
 
 try:
     import uvicorn
@@ -56,19 +64,9 @@ MEDIA_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css
 # The page loads nothing from elsewhere; inline styles are set from the script (CSSOM) only.
 PAGE_POLICY = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
 
+LIMITS, SERVED = Limits(), ServeOptions()  # the defaults
 ASGIApp = Callable[..., Awaitable[None]]
 Scope = MutableMapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for; past them it gets a 4xx answer (503 past ``timeout``)."""
-
-    max_chars: int = 1000  # characters per text
-    max_texts: int = 64  # texts per /translate request
-    max_body: int = 1 << 20  # bytes of a request body
-    max_beam: int = 16  # beam and nbest range from 1
-    timeout: float = 30.0  # seconds from arrival to answer
 
 
 # ---------------------------------------------------------------------------- the model's thread
@@ -143,14 +141,19 @@ class Batcher:
             if group[0].attention:
                 answers = [attention_record(self.run, j.texts[0], j.cfg) for j in group]
             elif group[0].trace:
-                answers = [trace_record(self.traced, j.texts[0], j.cfg, j.trace) for j in group]
+                answers = [
+                    self.traced.trace(
+                        j.texts[0], beam=j.cfg.beam, top=j.trace, alpha=j.cfg.alpha
+                    ).to_dict()
+                    for j in group
+                ]
             else:
                 texts = [t for j in group for t in j.texts]
                 batching = Batching(self.max_tokens)
                 results = translate_texts(
                     self.run, texts, group[0].cfg, batching, engine=self.engine
                 )
-                records = translation_records(results)
+                records = [json.loads(line) for line in format_translations(results, "json")]
                 answers, start = [], 0
                 for job in group:
                     part = records[start : start + len(job.texts)]
@@ -163,6 +166,40 @@ class Batcher:
             return
         for job, answer in zip(group, answers, strict=True):
             job.future.set_result(answer)
+
+
+# ---------------------------------------------------------------------------- the run
+def load_served(
+    model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0
+) -> tuple[LoadedRun, SourcesEngine | None]:
+    """The run to serve (default: the newest) in ``precision`` (default: its own), on
+    ``threads`` CPU threads as ``tformer eval`` (``use_threads``), and what translates it:
+    ``None`` (tformer's search) for torch, or its CTranslate2 export (on those threads)."""
+    run = load(model, device=device, precision=precision).loaded[0]
+    use_threads(threads)
+    return run, load_engine(engine, run)
+
+
+def example_text(run: LoadedRun) -> str:
+    """A sentence of the run's own data for the page to start with: the shortest of the first
+    100 source sentences of its valid split; "" where the data is remote (``hf:``) or unreadable."""
+    train = run.config.train
+    if train.data.startswith("hf:"):
+        return ""
+    files = {name: getattr(train, name) for name in PARALLEL_FILES}
+    langs = {"src_lang": train.src_lang, "tgt_lang": train.tgt_lang}
+    try:
+        with corpus_within(train.data, **langs, seed=train.seed, **files) as corpus:
+            return min(corpus["valid"]["src"][:100], key=len, default="")
+    except (TformerError, OSError, ValueError):
+        return ""
+
+
+def attention_record(run: LoadedRun, text: str, cfg: DecodeConfig) -> dict[str, Any]:
+    """What ``tformer inspect-attention --json`` writes for ``text``: every kind's weights with
+    their token labels, and the per-head summary of cross-attention."""
+    maps = attend(run, text, cfg)
+    return json.loads(to_json(maps, summary_rows(maps, "cross")))
 
 
 # ---------------------------------------------------------------------------- limits
@@ -214,37 +251,48 @@ def field_name(loc: tuple[Any, ...]) -> str:
     return name or "body"
 
 
-def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type, type]:
-    """The bodies of ``/translate``, ``/attention`` and ``/trace``, with the limits in their
-    schema and ``alpha`` (the run's ``beam_alpha``) as the default length penalty. Strict:
-    ``"5"`` is not a beam, and an unknown field is an error (a typo is not ignored)."""
+def request_model(
+    name: str, settings: type, asked: dict[str, Any], limits: dict[str, float], alpha: float
+) -> type:
+    """The body of a request: its own fields (``asked``), then the fields of the settings
+    object ``settings`` that it offers, each with the field's default, description and values
+    (its ``Range``; ``limits``: the server's lower caps, by field); ``alpha`` (the run's
+    ``beam_alpha``) is the default length penalty. Strict: ``"5"`` is not a beam, and an unknown
+    field is an error (a typo is not ignored)."""
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    hints = typing.get_type_hints(settings)
+    for field_name, cap in limits.items():
+        f, bounds = fields[field_name], fields[field_name].metadata["values"]
+        default = alpha if field_name == "alpha" else f.default
+        checks = {"ge": bounds.low, "le": cap if bounds.high is None else min(cap, bounds.high)}
+        kind = float if field_name == "alpha" else hints[field_name]
+        asked[field_name] = (kind, Field(default, description=f.metadata["help"], **checks))
     strict = ConfigDict(extra="forbid", strict=True)
+    return create_model(name, __config__=strict, **asked)
+
+
+def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type, type]:
+    """The bodies of ``/translate`` (``DecodeOptions``' beam, nbest and alpha), ``/attention``
+    (``AttentionOptions``' beam, and alpha) and ``/trace`` (``TraceOptions``), with the limits
+    in their schema and ``alpha`` (the run's ``beam_alpha``) as the default length penalty."""
     text = Annotated[str, Field(max_length=limits.max_chars)]
-    beam = {"ge": 1, "le": limits.max_beam, "description": "Beam size (1: greedy)."}
-    penalty = Field(alpha, ge=0, le=max(5.0, alpha), description="GNMT length penalty.")
-    translate = create_model(
-        "TranslateRequest",
-        __config__=strict,
-        texts=(list[text], Field(min_length=1, max_length=limits.max_texts)),
-        beam=(int, Field(5, **beam)),
-        nbest=(int, Field(1, ge=1, le=limits.max_beam, description="Hypotheses per text.")),
-        alpha=(float, penalty),
+    beam, penalty = limits.max_beam, max(5.0, alpha)
+    texts = (list[text], Field(min_length=1, max_length=limits.max_texts))
+    translate = request_model(
+        "TranslateRequest", DecodeOptions, {"texts": texts},
+        {"beam": beam, "nbest": beam, "alpha": penalty}, alpha,
+    )  # fmt: skip
+    attention = request_model(
+        "AttentionRequest", AttentionOptions, {"text": (text, ...)}, {"beam": beam}, alpha
     )
-    attention = create_model(
-        "AttentionRequest",
-        __config__=strict,
-        text=(text, ...),
-        beam=(int, Field(1, **beam)),
-        alpha=(float, penalty),
-    )
-    trace = create_model(
-        "TraceRequest",
-        __config__=strict,
-        text=(text, ...),
-        beam=(int, Field(3, **beam)),
-        top=(int, Field(3, ge=1, le=10, description="Next tokens shown per hypothesis.")),
-        alpha=(float, penalty),
-    )
+    attention = create_model(  # the attention maps of the translation with this penalty
+        "AttentionRequest", __base__=attention,
+        alpha=(float, Field(alpha, ge=0, le=penalty, description="GNMT length penalty.")),
+    )  # fmt: skip
+    trace = request_model(
+        "TraceRequest", TraceOptions, {"text": (text, ...)},
+        {"beam": beam, "top": 10, "alpha": penalty}, alpha,
+    )  # fmt: skip
     return translate, attention, trace
 
 
@@ -261,17 +309,22 @@ def page_route(name: str) -> Callable[[], Awaitable[Response]]:
 
 
 def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any]:
-    """``GET /model``: the run (``model_facts``), this server's version and limits."""
-    facts = model_facts(run)
-    config, example = facts.pop("config"), facts.pop("example")
+    """``GET /model``: the run (its name, device, precision, size, attention kinds), this
+    server's version and limits, the run's settings and an example sentence."""
+    m = run.model
     return {
-        "run": facts.pop("run"),
+        "run": run.run_dir.name,
         "tformer": __version__,
-        **facts,
+        "device": str(run.device),
+        "precision": precision_name(run.device, run.dtype),
+        "parameters": sum(p.numel() for p in m.parameters()),
+        "layers": {"encoder": len(m.encoder), "decoder": len(m.decoder)},
+        "heads": m.cfg.h,
+        "kinds": list(KINDS),
         "limits": dataclasses.asdict(limits),
         "max_tokens": max_tokens,
-        "config": config,
-        "example": example,
+        "config": dataclasses.asdict(run.config),
+        "example": example_text(run),
     }
 
 
@@ -289,11 +342,12 @@ async def one_line_422(request: Request, e: RequestValidationError) -> JSONRespo
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def search(**settings: Any) -> DecodeConfig:
-    """The search a request asks for; a setting against ``DecodeConfig``'s rules (``nbest``
-    above ``beam``) is a 422 naming its field, as the request's schema names the others."""
+def search(options: type, **settings: Any) -> DecodeConfig:
+    """The search a request asks for, as the settings object ``options`` (``DecodeOptions``,
+    ``TraceOptions``) builds it; a setting against its rules (``nbest`` above ``beam``) is a
+    422 naming its field, as the request's schema names the others."""
     try:
-        return DecodeConfig(**settings).nbest_in_beam()
+        return options(**settings).search(settings["alpha"])
     except SettingError as e:
         raise HTTPException(422, f"{e.field}: {e.message}") from None
 
@@ -301,7 +355,7 @@ def search(**settings: Any) -> DecodeConfig:
 def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
     """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
     positions = run.model.cfg.max_positions
-    lengths = source_lengths(run, texts)
+    lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]  # </s> included
     for i, n in enumerate(lengths):
         if n > positions:
             where = f"{name}[{i}]" if name == "texts" else name
@@ -324,7 +378,7 @@ async def answered(batcher: Batcher, job: Job, timeout: float) -> Any:
 
 def create_app(
     run: LoadedRun,
-    limits: Limits = Limits(),
+    limits: Limits = LIMITS,
     max_tokens: int = 4096,
     wait_ms: float = 5.0,
     engine: SourcesEngine | None = None,
@@ -359,7 +413,7 @@ def create_app(
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]
-        cfg = search(beam=body.beam, alpha=body.alpha, nbest=body.nbest)
+        cfg = search(DecodeOptions, beam=body.beam, alpha=body.alpha, nbest=body.nbest)
         tokens = count_tokens(body.texts, "texts")
         return {"translations": await answer(Job(body.texts, cfg, tokens))}
 
@@ -371,7 +425,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = search(beam=body.beam, alpha=body.alpha)
+        cfg = search(DecodeOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, attention=True))
 
     @app.post("/trace", summary="The step-through search of one text: `translate --trace`")
@@ -379,7 +433,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = search(beam=body.beam, alpha=body.alpha)
+        cfg = search(TraceOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, trace=body.top))
 
     @app.get("/health", summary="Liveness and counters")
@@ -403,27 +457,18 @@ def create_app(
 
 
 def serve(
-    model_dir: Path | None,
-    err: Console,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    limits: Limits = Limits(),
-    max_tokens: int = 4096,
-    wait_ms: float = 5.0,
-    device: str = "auto",
-    precision: str | None = None,
-    engine: str = "torch",
-    threads: int = 0,
+    model_dir: Path | None, err: Console, options: ServeOptions = SERVED, *,
+    device: str = "auto", precision: str | None = None, engine: str = "torch", threads: int = 0,
     quiet: bool = False,
-) -> None:
+) -> None:  # fmt: skip
     """``tformer serve``: load the run once (``precision``: default the run's own), then answer
-    HTTP requests until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's export, made on
-    first use); ``threads``: torch's CPU threads (0: ``$TFORMER_THREADS``, else the idle
-    cores)."""
+    HTTP requests as ``options`` say until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's
+    export, made on first use); ``threads``: torch's CPU threads (0: ``$TFORMER_THREADS``, else
+    the idle cores)."""
+    host, port = options.host, options.port
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
     run, decoder = load_served(model_dir, device, precision, engine, threads)
-    app = create_app(run, limits, max_tokens, wait_ms, decoder)
+    app = create_app(run, options.limits, options.max_tokens, options.wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host
         err.print(

@@ -126,6 +126,17 @@ def test_attention_maps_are_layer_head_query_key_tensors_with_labels(run_dir):
     assert len(att.heads) == 8 and "<svg" in att._repr_html_()
 
 
+@pytest.mark.parametrize("kind", ["cross", "decoder"])
+def test_inspect_attention_json_is_the_api_s_attention(run_dir, kind):
+    """``inspect-attention --json`` prints what ``Run.attention(...).to_json()`` returns."""
+    run = tformer.load(run_dir, device="cpu")
+    args = ["inspect-attention", TEXTS[2], "-m", str(run_dir), "-k", "2", "--kind", kind]
+    printed = runner.invoke(app, [*args, "--json", "--device", "cpu"])
+    assert printed.exit_code == 0, printed.output
+    wanted = json.loads(run.attention(TEXTS[2], beam=2, kind=kind).to_json())
+    assert json.loads(printed.stdout) == wanted and wanted["heads"]
+
+
 def test_translate_file_streams_lines(run_dir, tmp_path):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("".join(f"{t}\n" for t in TEXTS), encoding="utf-8")
@@ -155,7 +166,7 @@ def test_loading_changes_no_thread_count(run_dir):
          "beam='5': must be a whole number"),
         (lambda r: tformer.load(r, device="cpu").translate("a", beam=True), "beam=True: must"),
         (lambda r: tformer.load(r, device="cpu").translate("a", beam=0),
-         "beam=0: must be at least 1"),
+         "beam=0: must be in [1, 256]"),
         (lambda r: tformer.load(r, device="cpu").translate("a", alpha="x"),
          "alpha='x': must be a number"),
         (lambda r: tformer.load(r, device="cpu").translate("a", sample=True, top_p=2.0),

@@ -1,9 +1,6 @@
-"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md), and
-the modules that the command line and the server call (``decoding``, ``learn``, ``reports``,
-``serving``, ``training``).
+"""The public Python API: what ``import tformer_cli as tformer`` offers (see docs/python.md).
 
-The names load on first use (PEP 562), so a face may import a light module of the package
-(``api.decoding``) without loading torch and every model.
+The names load on first use (PEP 562): importing the package loads no torch and no model.
 """
 
 from __future__ import annotations
@@ -15,11 +12,11 @@ if TYPE_CHECKING:
     from tformer_cli.api.display import (
         Attention,
         Curves,
-        Evaluation,
+        Evaluated,
         Hyp,
         Score,
         TraceView,
-        Translation,
+        Translated,
     )
     from tformer_cli.api.run import Run, load
     from tformer_cli.api.training import compare, runs, train
@@ -27,7 +24,7 @@ if TYPE_CHECKING:
 # each public name -> the module that defines it
 HOMES = {
     **dict.fromkeys(
-        ("Attention", "Curves", "Evaluation", "Hyp", "Score", "TraceView", "Translation"),
+        ("Attention", "Curves", "Evaluated", "Hyp", "Score", "TraceView", "Translated"),
         "display",
     ),
     **dict.fromkeys(("Run", "load"), "run"),
@@ -37,12 +34,12 @@ HOMES = {
 __all__ = [
     "Attention",
     "Curves",
-    "Evaluation",
+    "Evaluated",
     "Hyp",
     "Run",
     "Score",
     "TraceView",
-    "Translation",
+    "Translated",
     "compare",
     "learn",
     "load",

@@ -48,7 +48,7 @@ class Hyp:
 
 
 @dataclass(frozen=True)
-class Translation:
+class Translated:
     """One input's translation: the best hypothesis' fields, and the whole n-best list."""
 
     source: str
@@ -131,6 +131,12 @@ class Attention:
         """(query labels, key labels) of a kind's maps."""
         return self.maps.labels(kind)
 
+    def to_json(self) -> str:
+        """Every weight with its tokens, the summary and its note: ``inspect-attention --json``."""
+        return render.to_json(
+            self.maps, self.heads, {"alignment_note": self.note} if self.note else {}
+        )
+
     def _repr_html_(self) -> str:
         view = select(self.maps, "cross", "all", "all")
         rows = "".join(
@@ -208,12 +214,12 @@ def trace_html(data: dict[str, Any]) -> str:
     )
 
 
-class Evaluation(EvalReport):
+class Evaluated(EvalReport):
     """The ``EvalReport`` of ``tformer eval``, with ``to_dict()`` (its ``--json`` object) and a
     notebook display (the command's tables)."""
 
     @classmethod
-    def of(cls, report: EvalReport) -> Evaluation:
+    def of(cls, report: EvalReport) -> Evaluated:
         return cls(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
 
     def _repr_html_(self) -> str:

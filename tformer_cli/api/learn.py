@@ -1,5 +1,5 @@
 """``tformer.learn``: exercises that build a Transformer from the paper's equations, each checked
-against the tformer function it writes again (docs/learn.md), and the work of ``tformer learn``.
+against the tformer function it writes again (docs/learn.md).
 
     tformer.learn.start("ex")                 # ex/exercises.py: a stub per exercise
     tformer.learn.check(attention)            # one function: a Result (a notebook shows it)

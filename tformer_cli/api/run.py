@@ -4,26 +4,26 @@ with the settings ``tformer`` uses (the run's own length penalty, its precision)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import dataclasses
+import inspect
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
 
 import torch
 from tokenizers import Tokenizer
 
-from tformer_cli.api.display import (
-    Attention,
-    Curves,
-    Evaluation,
-    Hyp,
-    Score,
-    TraceView,
-    Translation,
-)
+from tformer_cli.api.display import Attention, Curves, Evaluated, Hyp, Score, TraceView, Translated
 from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs
-from tformer_cli.config import DecodeConfig, Range, SamplingConfig
+from tformer_cli.config import (
+    AttentionOptions,
+    DecodeOptions,
+    EvalOptions,
+    Range,
+    TraceOptions,
+)
+from tformer_cli.config.fields import refused_kind
 from tformer_cli.data.batching import pad
-from tformer_cli.data.corpus import toy_corpus_dir
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, encode
 from tformer_cli.decode.reference import next_logprobs
 from tformer_cli.decode.search import ensemble
@@ -33,9 +33,8 @@ from tformer_cli.decode.translate import Batching, translate_texts
 from tformer_cli.device import inference
 from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.learn.use import Use, prepare, swapped
-from tformer_cli.report.attention.align import alignment_accuracy, read_aligned_corpus
 from tformer_cli.report.attention.maps import inspect_pair
-from tformer_cli.report.attention.view import summary_rows
+from tformer_cli.report.attention.view import AttentionRequest, alignment, summary_rows
 from tformer_cli.report.curves import make_chart, run_series
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig
@@ -44,6 +43,9 @@ from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
 
 PathLike = str | Path
+NOT_EVALUATED = ("nbest",)  # an evaluation scores the best hypothesis
+# the panels inspect-attention draws; Run.attention returns every map (Attention.weights)
+SELECTION = ("layer", "head")
 
 
 def as_path(value: PathLike | None, argument: str) -> Path | None:
@@ -75,54 +77,54 @@ def threads_kept() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-WHOLE = {
-    "beam",
-    "nbest",
-    "mbr",
-    "min_len",
-    "max_len_b",
-    "seed",
-    "top_k",
-    "max_tokens",
-    "chunk_size",
-    "limit",
-    "top",
-}
-REAL = {"alpha", "temperature", "max_len_a", "top_p", "epsilon"}
-OPTIONAL = {"alpha", "top_k", "top_p", "epsilon", "limit"}
-COUNTS = {"max_tokens", "chunk_size", "limit", "top"}  # of tokens, lines, pairs: from 1
+S = TypeVar("S")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def check_numbers(**values: Any) -> None:
-    """A ``SettingError`` naming the first setting of the wrong type (``True`` is no beam, ``"5"``
-    no number), or a count below 1; the ranges of the search's are ``DecodeConfig``'s to
-    check."""
-    for name, value in values.items():
-        if value is None and name in OPTIONAL:
-            continue
-        kinds = (int,) if name in WHOLE else (int, float) if name in REAL else None
-        if kinds and (isinstance(value, bool) or not isinstance(value, kinds)):
-            noun = "whole number" if name in WHOLE else "number"
-            raise SettingError(name, value, f"must be a {noun}")
-        if name == "sample" and not isinstance(value, bool):
-            raise SettingError(name, value, "must be True or False")
-        if name in COUNTS and (rule := Range(1).refuses(value)) is not None:
-            raise SettingError(name, value, rule)
+def settings(cls: type[S], given: dict[str, Any], skip: Collection[str] = ()) -> S:
+    """The settings object ``cls`` of the keywords ``given``: an unknown keyword, or a value
+    its fields refuse, is a ``TformerError`` naming it (``top_p=2.0: must be in (0, 1]``)."""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]  # type: ignore[arg-type]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise TformerError(f"{unknown[0]}: no such keyword (use {', '.join(names)})")
+    return cls(**given)
 
 
-def decode_config(
-    beam: int, alpha: float, nbest: int, sample: bool,
-    sampling: tuple[float, int | None, float | None, float | None], mbr: int, **rest: Any,
-) -> DecodeConfig:  # fmt: skip
-    """The search ``tformer translate`` runs for these options (``sampling``: temperature,
-    top-k, top-p, epsilon); a sampling setting where nothing is sampled is an error."""
-    draws = sample or (mbr > 0 and rest.get("mbr_from", "sample") == "sample")
-    if not draws and sampling != (1.0, None, None, None):
-        raise TformerError("temperature, top_k, top_p and epsilon need sample=True or mbr")
-    return DecodeConfig(
-        beam=1 if draws else beam, alpha=alpha, nbest=nbest, mbr=mbr,
-        sampling=SamplingConfig(*sampling) if draws else None, **rest,
-    ).nbest_in_beam()  # fmt: skip
+def takes(cls: type, skip: Collection[str] = ()) -> Callable[[F], F]:
+    """Show the fields of the settings object ``cls`` (``skip`` aside) as the keywords of a
+    method that takes them as ``**options`` (``settings``): its signature, for ``help()`` and a
+    notebook's completion."""
+
+    def attach(method: F) -> F:
+        own = inspect.signature(method)
+        kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        hints = get_type_hints(cls)
+        keywords = [
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=hints[f.name])
+            for f in dataclasses.fields(cls) if f.name not in skip
+        ]  # fmt: skip
+        method.__signature__ = own.replace(parameters=[*kept, *keywords])  # type: ignore[attr-defined]
+        return method
+
+    return attach
+
+
+def count(name: str, value: Any) -> int:
+    """``value`` if it is a count (of tokens, lines: a whole number from 1), else a
+    ``SettingError`` naming ``name``."""
+    rule = refused_kind(int, value) or Range(1).refuses(value)
+    if rule is not None:
+        raise SettingError(name, value, rule)
+    return value
+
+
+def eval_request(options: EvalOptions, alpha: float, **where: Any) -> EvalRequest:
+    """The evaluation ``options`` ask for, with the length penalty ``alpha`` (theirs, or the
+    run's own), run where ``where`` says (``EvalRequest``'s device, precision, threads...)."""
+    config = EvalConfig(options.search(alpha), seed=options.seed)
+    return EvalRequest(**options.data_fields(), config=config, **where)
 
 
 class Run:
@@ -137,7 +139,7 @@ class Run:
         self, loaded: list[LoadedRun], alpha: float | None = None, use: Use | None = None
     ) -> None:
         self.loaded = loaded
-        self.alpha = length_penalty(alpha, loaded[0].config)
+        self.alpha = run_alpha(alpha, loaded[0].config)
         self.use = use
 
     def _swapped(self) -> contextlib.AbstractContextManager[None]:
@@ -165,32 +167,22 @@ class Run:
         names = ", ".join(str(r.run_dir) for r in self.loaded)
         return f"Run({names}, device={self.loaded[0].device}, alpha={self.alpha:g})"
 
-    def _config(self, beam: int, alpha: float | None, nbest: int, **options: Any) -> DecodeConfig:
-        check_numbers(beam=beam, alpha=alpha, nbest=nbest, **options)
-        sampling = tuple(options.pop(k) for k in ("temperature", "top_k", "top_p", "epsilon"))
-        return decode_config(
-            beam, self.alpha if alpha is None else alpha, nbest, options.pop("sample"),
-            sampling, options.pop("mbr"), **options,  # type: ignore[arg-type]
-        )  # fmt: skip
+    def _alpha(self, options: DecodeOptions | TraceOptions) -> float:
+        """The length penalty of ``options``: theirs, else the run's."""
+        return self.alpha if options.alpha is None else options.alpha
 
+    @takes(DecodeOptions)
     def translate(
-        self, texts: str | Sequence[str], *, beam: int = 5, alpha: float | None = None,
-        nbest: int = 1, sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-        top_p: float | None = None, epsilon: float | None = None, mbr: int = 0,
-        mbr_from: str = "sample", mbr_utility: str = "chrf", min_len: int = 0,
-        max_len_a: float = 1.5, max_len_b: int = 10, seed: int = 0, max_tokens: int = 4096,
-    ) -> list[Translation]:  # fmt: skip
-        """One ``Translation`` per text, as ``tformer translate`` gives for the same options
-        (``beam`` 1: greedy; ``sample``/``mbr``: drawn with ``seed``)."""
-        cfg = self._config(
-            beam, alpha, nbest, sample=sample, temperature=temperature, top_k=top_k,
-            top_p=top_p, epsilon=epsilon, mbr=mbr, mbr_from=mbr_from, mbr_utility=mbr_utility,
-            min_len=min_len, max_len_a=max_len_a, max_len_b=max_len_b, seed=seed,
-        )  # fmt: skip
-        check_numbers(max_tokens=max_tokens)
+        self, texts: str | Sequence[str], *, max_tokens: int = 4096, **options: Any
+    ) -> list[Translated]:
+        """One ``Translated`` per text, as ``tformer translate`` gives for the same options
+        (``DecodeOptions``: ``beam`` 1 is greedy; ``sample``/``mbr``: drawn with ``seed``)."""
+        asked = settings(DecodeOptions, options)
+        cfg = asked.search(self._alpha(asked))
+        batching = Batching(count("max_tokens", max_tokens))
         items = as_texts(texts)
         with self._swapped():
-            results = translate_texts(self.loaded, items, cfg, Batching(max_tokens))
+            results = translate_texts(self.loaded, items, cfg, batching)
         pairs = [
             (r.source, h, t)
             for r in results
@@ -209,21 +201,23 @@ class Run:
             )
             for (_, h, t), ids, lps in zip(pairs, targets, per_token, strict=True)
         )
-        return [Translation(r.source, [next(hyps) for _ in r.hypotheses]) for r in results]
+        return [Translated(r.source, [next(hyps) for _ in r.hypotheses]) for r in results]
 
+    @takes(DecodeOptions)
     def translate_file(
-        self, path: PathLike, out: PathLike, *, beam: int = 5, alpha: float | None = None,
-        chunk_size: int = 2000, max_tokens: int = 4096,
+        self, path: PathLike, out: PathLike, *, chunk_size: int = 2000, max_tokens: int = 4096,
+        **options: Any,
     ) -> int:  # fmt: skip
         """Translate each line of ``path`` into the same line of ``out``, ``chunk_size`` lines
-        at a time as ``tformer translate -f PATH -o OUT`` does; returns the lines translated."""
+        at a time as ``tformer translate -f PATH -o OUT`` does (the best hypothesis of each);
+        returns the lines translated."""
         source, target = as_path(path, "path"), as_path(out, "out")
-        cfg = self._config(beam, alpha, 1, sample=False, temperature=1.0, top_k=None,
-                           top_p=None, epsilon=None, mbr=0)  # fmt: skip
-        check_numbers(chunk_size=chunk_size, max_tokens=max_tokens)
+        asked = settings(DecodeOptions, options)
+        batching = Batching(count("max_tokens", max_tokens))
         chunks = translate_chunks(
-            self.loaded, file_lines(source), cfg, Batching(max_tokens), chunk_size=chunk_size
-        )
+            self.loaded, file_lines(source), asked.search(self._alpha(asked)), batching,
+            chunk_size=count("chunk_size", chunk_size),
+        )  # fmt: skip
         return save_translations(target, chunks, "plain")
 
     def _forced(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
@@ -266,68 +260,60 @@ class Run:
             raise TformerError(f"text: {len(ids) + 1} tokens; this model reads at most {limit}")
         return torch.tensor([[*ids, EOS_ID]], device=self.loaded[0].device)
 
-    def trace(
-        self, text: str, *, beam: int = 5, top: int = 5, alpha: float | None = None
-    ) -> TraceView:
+    @takes(TraceOptions)
+    def trace(self, text: str, **options: Any) -> TraceView:
         """The step-through search of one text (``decode.trace``): every step's hypotheses,
         their ``top`` next tokens (kept, pruned or finished), their cross-attention rows."""
-        check_numbers(top=top)
-        cfg = self._config(beam, alpha, beam, sample=False, temperature=1.0, top_k=None,
-                           top_p=None, epsilon=None, mbr=0)  # fmt: skip
+        asked = settings(TraceOptions, options)
         lead = self.loaded[0]
         with inference(lead.device, lead.dtype):
             traced = trace_search(
-                [r.model for r in self.loaded], self._source(text), cfg, top, lead.compile
-            )
+                [r.model for r in self.loaded], self._source(text),
+                asked.search(self._alpha(asked)), asked.top, lead.compile,
+            )  # fmt: skip
         return TraceView(traced, self.tokenizer, text)
 
-    def attention(
-        self, text: str, *, target: str | None = None, beam: int = 1, align: bool = True
-    ) -> Attention:
+    @takes(AttentionOptions, skip=SELECTION)
+    def attention(self, text: str, *, target: str | None = None, **options: Any) -> Attention:
         """Every attention map of ``text`` and its translation (``beam``; or ``target``,
-        teacher-forced), as ``tformer inspect-attention`` computes them, with its summary."""
+        teacher-forced), with the per-head summary of ``kind`` that ``tformer inspect-attention``
+        prints (``align``: cross-attention's alignment accuracy on ``align_sentences`` toy test
+        pairs, a run trained on toy's) and its note."""
+        asked = settings(AttentionOptions, options, skip=SELECTION)
         lead, src = self.loaded[0], self._source(text)
         src_ids = src[0, :-1].tolist()
         if target is None:
-            best = self.translate(text, beam=beam)[0].nbest[0]
+            best = self.translate(text, beam=asked.beam)[0].nbest[0]
             targets = [self.tokenizer.token_to_id(p) for p in best.tokens]  # </s> included
         else:
             targets = [*encode(self.tgt_tokenizer, as_texts(target, "target"))[0], EOS_ID]
         with inference(lead.device, lead.dtype):
             maps = inspect_pair(lead.model, self.tokenizer, text, src_ids, targets)
-            score, note = None, ""
-            if align and self.config.train.data == "toy":
-                pairs, links = read_aligned_corpus(toy_corpus_dir(), "test", 200)
-                score = alignment_accuracy(lead.model, self.tokenizer, pairs, links)
-                score = score if score.words else None
-        if score is not None and (best_head := score.best()) is not None:
-            note = f"best aligned head: layer {best_head[0] + 1} head {best_head[1] + 1}"
-        return Attention(maps, summary_rows(maps, "cross", score), note)
+        chosen = {f.name: getattr(asked, f.name) for f in dataclasses.fields(asked)}
+        score, note = alignment(lead, AttentionRequest(**chosen))
+        return Attention(maps, summary_rows(maps, asked.kind, score), note)
 
+    @takes(EvalOptions, skip=NOT_EVALUATED)
     def evaluate(
-        self, *, data: str | None = None, split: str = "test", limit: int | None = None,
-        beam: int = 5, alpha: float | None = None, seed: int = 1234, threads: int = 0,
-        save: bool = False, json_path: PathLike | None = None, hyp_path: PathLike | None = None,
-        quiet: bool = True,
-    ) -> Evaluation:  # fmt: skip
-        """``tformer eval`` of the (first) run: BLEU/chrF, teacher-forced metrics and the
-        exposure-bias report. Nothing is written unless asked: ``save`` keeps the result in
-        the run folder (as the command does), ``json_path``/``hyp_path`` write those files."""
-        check_numbers(beam=beam, alpha=alpha, limit=limit, seed=seed)
+        self, *, threads: int = 0, save: bool = False, json_path: PathLike | None = None,
+        hyp_path: PathLike | None = None, quiet: bool = True, **options: Any,
+    ) -> Evaluated:  # fmt: skip
+        """``tformer eval`` of the (first) run (``EvalOptions``): BLEU/chrF, teacher-forced
+        metrics and the exposure-bias report. Nothing is written unless asked: ``save`` keeps
+        the result in the run folder (as the command does), ``json_path``/``hyp_path`` write
+        those files."""
+        asked = settings(EvalOptions, options, skip=NOT_EVALUATED)
         lead = self.loaded[0]
-        cfg = EvalConfig(
-            DecodeConfig(beam=beam, alpha=self.alpha if alpha is None else alpha), seed=seed
-        )
-        request = EvalRequest(
-            data=data, split=split, limit=limit, config=cfg, device=str(lead.device),
-            precision=precision_of(lead), threads=threads, compile=lead.compile,
+        request = eval_request(
+            asked, self._alpha(asked), device=str(lead.device), precision=precision_of(lead),
+            threads=threads, compile=lead.compile,
         )  # fmt: skip
         with threads_kept():
             done = evaluate_run(
                 lead.run_dir, request, keep=save, json_path=as_path(json_path, "json_path"),
                 hyp_path=as_path(hyp_path, "hyp_path"), quiet=quiet,
             )  # fmt: skip
-        return Evaluation.of(done.report)
+        return Evaluated.of(done.report)
 
     def history(self) -> list[dict[str, Any]]:
         """The run's ``log.jsonl`` as records (training, validation and end records)."""
@@ -343,7 +329,7 @@ def precision_of(run: LoadedRun) -> str:
     return {torch.bfloat16: "bf16", torch.qint8: "int8"}.get(run.dtype, "fp32")  # type: ignore[arg-type]
 
 
-def length_penalty(alpha: float | None, run: RunConfig | Path | None) -> float:
+def run_alpha(alpha: float | None, run: RunConfig | Path | None) -> float:
     """The GNMT alpha of beam search: ``alpha`` if given, else the run's own ``beam_alpha``
     (``run``: its config, or its folder or name, default the newest run). The one rule that
     the commands and the API follow."""
@@ -377,9 +363,7 @@ def load(
     for name, value in (("device", device), ("compile", compile)):
         if not isinstance(value, str):
             raise TformerError(f"{name}: a str, not {type(value).__name__}")
-    check_numbers(alpha=alpha)
-    if alpha is not None and (rule := Range(0).refuses(alpha)) is not None:
-        raise SettingError("alpha", alpha, rule)
+    TraceOptions(alpha=alpha)  # a length penalty: its type and values
     models = [choose_run(p) for p in paths or [None]]
     precision = precision or own_precision(models[0])
     learner = None

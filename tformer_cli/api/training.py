@@ -1,6 +1,6 @@
 """Training and the runs folder from Python: ``train`` (as ``tformer train``), ``runs``,
-``compare``; and the steps of ``tformer train`` that the command line calls: its settings
-(``train_settings``), its processes (``launch_processes``) and the training (``run_training``)."""
+``compare``; and the steps of training it shares with ``tformer train``: its settings
+(``train_settings``) and the training (``run_training``)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,31 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tformer_cli.api.run import PathLike, Run, as_path, check_numbers, load, threads_kept
-from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, load_recipe, option_of
+from tformer_cli.api.run import (
+    NOT_EVALUATED,
+    PathLike,
+    Run,
+    as_path,
+    eval_request,
+    load,
+    run_alpha,
+    settings,
+    takes,
+    threads_kept,
+)
+from tformer_cli.config import (
+    TRAIN_OPTIONS,
+    EvalOptions,
+    ModelConfig,
+    TrainConfig,
+    load_recipe,
+    option_of,
+)
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import SettingError, TformerError
 from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
-from tformer_cli.training.distributed import LAUNCHED, launch
+from tformer_cli.training.distributed import LAUNCHED
 from tformer_cli.training.setup import new_configs, new_run_dir, resume_options, resumed_configs
 
 if TYPE_CHECKING:
@@ -54,14 +72,6 @@ def train_settings(
         return (*resumed_configs(resume, overrides, ignored, say), resume)
     model_cfg, train_cfg = new_configs(options, load_recipe(preset) if preset else {})
     return model_cfg, train_cfg, new_run_dir(runs_dir, name, train_cfg.data)
-
-
-def launch_processes(nproc: int, nnodes: str, rdzv_endpoint: str | None, argv: list[str]) -> int:
-    """``--nproc``/``--nnodes``: the same command (``argv``) once per process under torchrun;
-    its exit status."""
-    if os.environ.get("WORLD_SIZE"):
-        raise TformerError("--nproc starts torchrun itself: not under torchrun")
-    return launch(nproc, argv, nnodes, rdzv_endpoint)
 
 
 @dataclass(frozen=True)
@@ -136,20 +146,16 @@ def runs(folder: PathLike = "runs") -> list[RunInfo]:
     return list_runs(as_path(folder, "folder"))
 
 
-def compare(
-    runs: Sequence[PathLike], *, data: str | None = None, split: str = "test",
-    limit: int | None = None, beam: int = 5, alpha: float | None = None, seed: int = 1234,
-    quiet: bool = True,
-) -> Comparison:  # fmt: skip
+@takes(EvalOptions, skip=NOT_EVALUATED)
+def compare(runs: Sequence[PathLike], *, quiet: bool = True, **options: Any) -> Comparison:
     """``tformer compare``: the runs on the same data with paired significance tests (the first
-    is the baseline); ``alpha``: default the first run's ``beam_alpha``. Prints nothing: a
-    notebook shows the comparison's tables, as ``print`` does."""
-    from tformer_cli.api.reports import compare_runs
+    is the baseline), each evaluated as ``EvalOptions`` say (``alpha``: default the first run's
+    ``beam_alpha``). Prints nothing: a notebook shows the comparison's tables, as ``print``
+    does."""
+    from tformer_cli.report.compare import compare_runs
 
     paths = [as_path(r, "runs") for r in runs]
-    check_numbers(beam=beam, alpha=alpha, limit=limit, seed=seed)
+    asked = settings(EvalOptions, options, skip=NOT_EVALUATED)
+    alpha = run_alpha(asked.alpha, paths[0]) if paths else 0.0  # none: compare says so
     with threads_kept():
-        return compare_runs(
-            paths, None, beam=beam, alpha=alpha, seed=seed, quiet=quiet, data=data,
-            split=split, limit=limit,
-        )  # fmt: skip
+        return compare_runs(paths, Console(quiet=True), eval_request(asked, alpha), quiet=quiet)

@@ -12,10 +12,10 @@ import sys
 import typer
 
 from tformer_cli.cli import decode, evaluate, learn, tools, train
-from tformer_cli.cli.app import PROCESS, app, err, out, own_precision, tokenizer_app
+from tformer_cli.cli.app import PROCESS, app, err, out, tokenizer_app
 
 __all__ = [
-    "app", "decode", "err", "evaluate", "learn", "main", "out", "own_precision", "tools", "train",
+    "app", "decode", "err", "evaluate", "learn", "main", "out", "tools", "train",
 ]  # fmt: skip
 
 

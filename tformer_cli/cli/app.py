@@ -8,7 +8,7 @@ import functools
 import io
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -19,6 +19,7 @@ from rich.markup import escape
 from tformer_cli import __version__
 from tformer_cli.cli.help import examples, in_order, lay_out
 from tformer_cli.config import option_of
+from tformer_cli.engines import engine_refusal
 from tformer_cli.errors import SettingError, TformerError
 
 if TYPE_CHECKING:
@@ -156,18 +157,26 @@ def settle_runs(ctx: typer.Context) -> None:
     at once, not seconds later. None given: the run the command uses, named on stderr (not
     with ``--quiet``); where there is none, the command says so when it needs one. The old
     positional spellings and compare (which needs its runs named) are left to the command."""
-    from tformer_cli.api.reports import check_runs, pick_default_run
-
     given = ctx.params.get("model")
     if given:
-        check_runs([Path(r) for r in (given if isinstance(given, (list, tuple)) else [given])])
+        from tformer_cli.checkpoint import resolve_run  # imports no torch
+
+        for run in given if isinstance(given, (list, tuple)) else [given]:
+            resolve_run(Path(run))
         return
     option = next((p for p in ctx.command.params if p.name == "model"), None)
     if option is None or ctx.params.get("legacy") or ctx.command.name == "compare":
         return
-    chosen = pick_default_run(None if ctx.params.get("quiet") else err)
-    if chosen is not None:
-        ctx.params["model"] = [chosen] if getattr(option, "multiple", False) else chosen
+    from tformer_cli.report.pick import default_note, default_run
+
+    try:
+        newest, passed = default_run()
+    except TformerError:  # none: the command says so where it needs one
+        return
+    if not ctx.params.get("quiet"):
+        err.print(default_note(newest, passed), markup=False, highlight=False)
+    chosen = Path(newest.path)
+    ctx.params["model"] = [chosen] if getattr(option, "multiple", False) else chosen
 
 
 def positional(value: Any, option: Any, old: str, new: str) -> Any:
@@ -213,13 +222,6 @@ def from_options(ctx: typer.Context) -> Iterator[None]:
         raise typer.BadParameter(message, ctx=ctx, param=param, param_hint=hint) from None
 
 
-def own_precision(precision: str | None, models: Sequence[Path] | None) -> str:
-    """``--precision`` if given, else the precision the (first) run was trained with."""
-    from tformer_cli.api.run import own_precision as of_run
-
-    return precision or of_run(models[0] if models else None)
-
-
 def wrote(path: Path, quiet: bool = False) -> None:
     """The line on stderr that names a file a command was told to write, once it is written."""
     if not quiet:
@@ -233,11 +235,11 @@ def destination(output: Path | None, quiet: bool = False) -> Iterator[Console]:
     if output is None:
         yield out
         return
-    from tformer_cli.api.decoding import write_text
+    from tformer_cli.files import atomic_write_text
 
     buffer = io.StringIO()
     yield Console(file=buffer, width=out.width, highlight=False, soft_wrap=True, no_color=True)
-    write_text(output, buffer.getvalue())
+    atomic_write_text(output, buffer.getvalue())
     wrote(output, quiet)
 
 
@@ -263,8 +265,6 @@ def main_options(
 def check_engine(engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True) -> None:
     """A usage error for an unknown ``--engine``, or for a search ``cfg`` of ``runs`` runs that
     CTranslate2 cannot do, before anything is loaded."""
-    from tformer_cli.api.decoding import engine_refusal
-
     why = engine_refusal(engine, cfg, runs, cache)
     if why is not None:
         raise typer.BadParameter(why, param_hint="--engine")

@@ -2,102 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import typer
 from rich.console import Console
 
-from tformer_cli.cli.app import (
-    Command,
-    app,
-    check_engine,
-    destination,
-    err,
-    friendly_errors,
-    from_options,
-    out,
-    wrote,
-)
-from tformer_cli.cli.options import (
-    MAX_BEAM,
-    MAX_HYPOTHESES,
-    MAX_LENGTH,
-    Compile,
-    DecodePrecision,
-    Device,
-    Engine,
-    Epsilon,
-    Mbr,
-    MbrFrom,
-    MbrUtility,
-    MinLen,
-    ModelDir,
-    Models,
-    Output,
-    Parsed,
-    Pattern,
-    Quiet,
-    RunPrecision,
-    Sample,
-    Temperature,
-    Threads,
-    TopK,
-    TopP,
-    Use,
-    declared,
-    one_of,
-    parsed,
-    with_options,
-)
-from tformer_cli.config import (
-    MAX_SEED,
-    DecodeConfig,
-    SamplingConfig,
-)
+from tformer_cli.cli.app import check_engine, destination, err, out, wrote
+from tformer_cli.cli.options import command, shared
+from tformer_cli.config import AttentionOptions, DecodeConfig, DecodeOptions, Range, option
+from tformer_cli.engines import load_engine
+from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from tformer_cli.api.decoding import Translator
-    from tformer_cli.api.learn import Use
-
-SAMPLING = ("--temperature", "--top-k", "--top-p", "--epsilon")  # the settings of --sample
+    from tformer_cli.checkpoint import LoadedRun
+    from tformer_cli.decode.translate import SourcesEngine
+    from tformer_cli.learn.use import Use
 
 
 # ---------------------------------------------------------------------------- translate
-def search_config(
-    beam: int,
-    alpha: float,
-    sample: bool,
-    sampling: tuple[float, int | None, float | None, float | None],
-    mbr: int,
-    mbr_from: str,
-    mbr_utility: str,
-    **rest: Any,
-) -> DecodeConfig:
-    """The search of translate and eval: beam (``beam`` 1: greedy), ``--sample`` (the
-    ``sampling`` settings: temperature, top-k, top-p, epsilon) or ``--mbr`` over samples or
-    the beam's n-best; ``rest``: the other ``DecodeConfig`` fields. A sampling setting given
-    where nothing is sampled is a usage error, not ignored."""
-    draws = sample or (mbr > 0 and mbr_from == "sample")
-    unset = (1.0, None, None, None)
-    given = [name for name, v, u in zip(SAMPLING, sampling, unset, strict=True) if v != u]
-    if not draws and given:
-        raise typer.BadParameter(
-            "needs --sample or --mbr (from samples)", param_hint=f"'{given[0]}'"
-        )
-    return DecodeConfig(
-        beam=1 if draws else beam, alpha=alpha, mbr=mbr, mbr_from=mbr_from,
-        sampling=SamplingConfig(*sampling) if draws else None, mbr_utility=mbr_utility, **rest,
-    ).nbest_in_beam()  # fmt: skip
-
-
 def min_len_note(cfg: DecodeConfig) -> str | None:
     """The note of a ``--min-len`` that the length limit cuts (``DecodeConfig.min_len_cut``),
     naming the length used instead; None where none is cut."""
@@ -109,152 +38,76 @@ def min_len_note(cfg: DecodeConfig) -> str | None:
     return f"note: --min-len {cfg.min_len} is cut to the length limit ({limit}) for {which}"
 
 
-def run_alpha(alpha: float | None, models: Sequence[Path] | None) -> float:
-    """``--alpha`` if given, else the first run's (the newest run's by default): the API's rule."""
-    from tformer_cli.api.run import length_penalty
-
-    return length_penalty(alpha, models[0] if models else None)
+def flag(help: str, *flags: str) -> Any:
+    """A field the command line sets with a flag."""
+    return field(default=False, metadata=option(help, flags=flags))
 
 
-# Every option of tformer translate, in the order of its help.
-TRANSLATE = declared(
-    texts=(Annotated[list[str] | None, typer.Argument(help="Sentences to translate.")], None),
-    model=(Models, None),
-    file=(
-        Annotated[
-            Path | None,
-            typer.Option("--file", "-f", help="Translate each line of a UTF-8 file (- = stdin)."),
-        ],
-        None,
-    ),
-    output=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                "--output",
-                "-o",
-                help="Write translations here (all at once, at the end), not stdout.",
-            ),
-        ],
-        None,
-    ),
-    beam=(Annotated[int, typer.Option("--beam", "-k", min=1, max=MAX_BEAM, help="Beam size.")], 5),
-    greedy=(Annotated[bool, typer.Option("--greedy", help="Greedy search (same as -k 1).")], False),
-    alpha=(
-        Annotated[
-            float | None,
-            typer.Option(
-                parser=parsed(DecodeConfig, "alpha"),
-                help="GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine"
-                " ctranslate2: / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless"
-                " its training set another.",
-            ),
-        ],
-        None,
-    ),
-    nbest=(
-        Annotated[
-            int,
-            typer.Option(
-                min=1,
-                max=MAX_HYPOTHESES,
-                help="Hypotheses per input (<= beam; with --sample, samples per input): lines"
-                " INDEX<TAB>SCORE<TAB>TEXT.",
-            ),
-        ],
-        1,
-    ),
-    sample=(Sample, False),
-    temperature=(Temperature, 1.0),
-    top_k=(TopK, None),
-    top_p=(TopP, None),
-    epsilon=(Epsilon, None),
-    seed=(
-        Annotated[
-            int, typer.Option(min=0, max=MAX_SEED, help="Seed of the samples (--sample, --mbr).")
-        ],
-        0,
-    ),
-    mbr=(Mbr, 0),
-    mbr_from=(MbrFrom, "sample"),
-    mbr_utility=(MbrUtility, "chrf"),
-    min_len=(MinLen, 0),
-    scores=(
-        Annotated[bool, typer.Option("--scores", help="Prefix each line with its score.")],
-        False,
-    ),
-    batch_size=(
-        Annotated[
-            int | None, typer.Option(min=1, help="Sentences per batch (default: by --max-tokens).")
-        ],
-        None,
-    ),
-    max_tokens=(Annotated[int, typer.Option(min=1, help="Source tokens per batch.")], 4096),
-    chunk_size=(
-        Annotated[
-            int,
-            typer.Option(
-                min=1,
-                max=1_000_000,
-                help="Lines read, translated (sorted by length into batches) and written at a time:"
-                " output flows before the input ends, and memory does not grow with it.",
-            ),
-        ],
-        2000,
-    ),
-    max_len_a=(
-        Annotated[
-            float,
-            typer.Option(
-                parser=parsed(DecodeConfig, "max_len_a"),
-                help="Output length limit a*|src|+b tokens: a.",
-                show_default=True,
-            ),
-        ],
-        1.5,
-    ),
-    max_len_b=(
-        Annotated[int, typer.Option(min=0, max=MAX_LENGTH, help="Output length limit: b.")],
-        10,
-    ),
-    no_cache=(
-        Annotated[
-            bool,
-            typer.Option("--no-cache", help="Recompute every prefix each step (slow; teaching)."),
-        ],
-        False,
-    ),
-    json_out=(
-        Annotated[
-            bool,
-            typer.Option("--json", help="One JSON object per input: hypotheses, scores, timing."),
-        ],
-        False,
-    ),
-    trace=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Write the step-through search of the first text as JSON here: each step's"
-                " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
-            ),
-        ],
-        None,
-    ),
-    device=(Device, "auto"),
-    precision=(DecodePrecision, None),
-    compile=(Compile, "auto"),
-    engine=(Engine, "torch"),
-    threads=(Threads, 0),
-    use=(Use, None),
-    quiet=(Quiet, False),
-)
+@dataclass(frozen=True)
+class Translate(DecodeOptions):
+    """``tformer translate``: the search (``DecodeOptions``), what to read and write, and where
+    it runs; ``--greedy`` is ``-k 1``."""
+
+    texts: list[str] | None = field(
+        default=None, metadata=option("Sentences to translate.", argument=True)
+    )
+    model: list[Path] | None = shared("models")
+    file: Path | None = field(
+        default=None,
+        metadata=option("Translate each line of a UTF-8 file (- = stdin).", flags=("--file", "-f")),
+    )
+    output: Path | None = shared(
+        "output", "Write translations here (all at once, at the end), not stdout."
+    )
+    greedy: bool = flag("Greedy search (same as -k 1).")
+    scores: bool = flag("Prefix each line with its score.")
+    batch_size: int | None = field(
+        default=None,
+        metadata=option("Sentences per batch (default: by --max-tokens).", values=Range(1)),
+    )
+    max_tokens: int = field(
+        default=4096, metadata=option("Source tokens per batch.", values=Range(1))
+    )
+    chunk_size: int = field(
+        default=2000,
+        metadata=option(
+            "Lines read, translated (sorted by length into batches) and written at a time:"
+            " output flows before the input ends, and memory does not grow with it.",
+            values=Range(1, 1_000_000),
+        ),
+    )
+    no_cache: bool = flag("Recompute every prefix each step (slow; teaching).")
+    json_out: bool = shared("json_out", "One JSON object per input: hypotheses, scores, timing.")
+    trace: Path | None = field(
+        default=None,
+        metadata=option(
+            "Write the step-through search of the first text as JSON here: each step's"
+            " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
+        ),
+    )
+    device: str = shared("device")
+    precision: str | None = shared("precision_int8")
+    compile: str = shared("compile")
+    engine: str = shared("engine")
+    threads: int = shared("threads")
+    use: Path | None = field(
+        default=None,
+        metadata=option(
+            "Translate with your own functions: a tformer learn exercises file (or its"
+            " folder); each exercise it passes replaces tformer's, on the eager step (--compile"
+            " off)."
+        ),
+    )
+    quiet: bool = shared("quiet")
+
+    def __post_init__(self) -> None:
+        if self.greedy:
+            object.__setattr__(self, "beam", 1)
+        super().__post_init__()
 
 
-@app.command(cls=Command)
-@friendly_errors
-@with_options(TRANSLATE)
-def translate(ctx: typer.Context, **values: Any) -> None:
+@command(Translate)
+def translate(v: Translate) -> None:
     """Translate sentences (beam search with a KV cache; results in input order).
 
     Reads the texts given, else --file, else piped stdin, as UTF-8 lines ending in a newline:
@@ -262,18 +115,9 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     by length into batches, and writes each chunk's translations as soon as they are ready. On
     a terminal with nothing given it asks for sentences one by one.
     """
-    from tformer_cli.api.decoding import open_translator, read_inputs
-
-    v = SimpleNamespace(**values)
     if v.greedy and (v.sample or v.mbr):
         raise typer.BadParameter("--greedy searches; --sample and --mbr draw: choose one")
-    with from_options(ctx):  # without --alpha: 0 until the run's is read, once it is loaded
-        cfg = search_config(
-            1 if v.greedy else v.beam, 0.0 if v.alpha is None else v.alpha, v.sample,
-            (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
-            max_len_a=v.max_len_a, max_len_b=v.max_len_b, nbest=v.nbest, min_len=v.min_len,
-            seed=v.seed,
-        )  # fmt: skip
+    cfg = v.search(0.0 if v.alpha is None else v.alpha)  # without --alpha: the run's, once loaded
     check_engine(v.engine, cfg, len(v.model or [None]), cache=not v.no_cache)
     if v.trace is not None and v.engine == "ctranslate2":
         raise typer.BadParameter(
@@ -287,7 +131,7 @@ def translate(ctx: typer.Context, **values: Any) -> None:
     )  # fmt: skip
     if (note := min_len_note(cfg)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
-    from tformer_cli.api.learn import swapped
+    from tformer_cli.learn.use import swapped
 
     with swapped(use, [r.model for r in translator.runs]):
         run_translator(translator, v, inputs)
@@ -302,7 +146,7 @@ def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
         raise typer.BadParameter(
             "your functions run in tformer's eager step: use --engine torch", param_hint="--use"
         )
-    from tformer_cli.api.learn import EAGER_NOTE, prepare
+    from tformer_cli.learn.use import EAGER_NOTE, prepare
 
     use = prepare(path)
     if not quiet:
@@ -312,11 +156,9 @@ def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
 
 
 def run_translator(
-    translator: Translator, v: SimpleNamespace, inputs: tuple[Iterable[str], int | None] | None
+    translator: Translator, v: Translate, inputs: tuple[Iterable[str], int | None] | None
 ) -> None:
     """The rest of ``translate``: the trace, then the prompt or the lines read."""
-    from tformer_cli.api.decoding import output_style
-
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
         wrote(v.trace, v.quiet)
@@ -342,89 +184,158 @@ def run_translator(
         wrote(v.output, v.quiet)
 
 
+def read_inputs(
+    texts: list[str] | None, file: Path | None, stdin: TextIO
+) -> tuple[Iterable[str], int | None] | None:
+    """The texts to translate and their count if known: the arguments, the lines of a file
+    (``-``: stdin) or of piped ``stdin``, read as they come; ``None``: ask on the terminal."""
+    from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
+
+    if texts and file is not None:
+        raise TformerError("give sentences or --file, not both")
+    if texts:
+        return check_arguments(texts), len(texts)
+    if file is not None and str(file) != "-":
+        return file_lines(file), count_lines(file)
+    if file is None and stdin.isatty():
+        return None
+    return read_lines(stdin.buffer, "stdin"), None
+
+
+def output_style(json_out: bool, nbest: int, scores: bool) -> str:
+    """The format of translate's lines: json, nbest (INDEX, SCORE, TEXT), scores or plain."""
+    return "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
+
+
+@dataclasses.dataclass(frozen=True)
+class Translator:
+    """Loaded runs (an ensemble past one) with the search of a ``tformer translate`` and what
+    decodes (``engine``: ``None`` for tformer's search; ``use_cache``: its KV cache)."""
+
+    runs: list[LoadedRun]
+    cfg: DecodeConfig
+    engine: SourcesEngine | None = None
+    use_cache: bool = True
+
+    def with_engine(self, engine: str) -> Translator:
+        """This translator decoding with ``engine``: torch, or ctranslate2 (the run's export,
+        made on first use)."""
+        return dataclasses.replace(self, engine=load_engine(engine, self.runs[0]))
+
+    def trace(self, path: Path, texts: Sequence[str]) -> None:
+        """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
+        from tformer_cli.api.run import Run
+        from tformer_cli.files import atomic_write_text
+
+        cfg = self.cfg
+        if not texts or cfg.sampling is not None or cfg.mbr:
+            raise TformerError("--trace follows the search of a sentence given as an argument")
+        traced = Run(self.runs, cfg.alpha).trace(texts[0], beam=cfg.beam, top=cfg.beam + 5)
+        atomic_write_text(path, traced.to_json() + "\n")
+
+    def line(self, text: str, style: str) -> str:
+        """The output line of one text (the terminal prompt's)."""
+        from tformer_cli.decode.streams import format_translations
+        from tformer_cli.decode.translate import Batching, translate_texts
+
+        batching = Batching(use_cache=self.use_cache)
+        result = translate_texts(self.runs, [text], self.cfg, batching, engine=self.engine)
+        return format_translations(result, style)[0]
+
+    def stream(
+        self, lines: Iterable[str], total: int | None, log: Console, *, style: str,
+        output: Path | None, sink: BinaryIO, max_tokens: int, batch_size: int | None,
+        chunk_size: int, quiet: bool,
+    ) -> int:  # fmt: skip
+        """Translate ``lines`` ``chunk_size`` at a time, each chunk sorted by length into
+        batches, and write each chunk's lines as soon as they are ready: to ``sink``, or to
+        ``output`` whole at the end; a progress bar on ``log`` past 100 lines. The count."""
+        from tformer_cli.console import make_progress
+        from tformer_cli.decode import streams
+        from tformer_cli.decode.translate import Batching
+        from tformer_cli.device import oom_hint
+
+        few = total < 100 if total is not None else not log.is_terminal  # no bar: a short job
+        with (
+            make_progress("translate", log, disable=quiet or few) as progress,
+            oom_hint(max_tokens),
+        ):
+            task = progress.add_task("translate", total=total, info="")
+            chunks = streams.translate_chunks(
+                self.runs, lines, self.cfg, Batching(max_tokens, batch_size, self.use_cache),
+                chunk_size=chunk_size, on_batch=lambda n: progress.advance(task, n),
+                engine=self.engine,
+            )  # fmt: skip
+            if output is not None:
+                return streams.save_translations(output, chunks, style)
+            return streams.write_translations(chunks, sink, style)
+
+
+def open_translator(
+    models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
+    precision: str | None, compile: str, use_cache: bool, threads: int = 0,
+) -> Translator:  # fmt: skip
+    """The runs loaded for ``tformer translate`` (default: the newest) with ``precision``
+    (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
+    ``beam_alpha``), on ``threads`` CPU threads as ``tformer eval`` (``use_threads``);
+    tformer's search decodes until ``with_engine`` says otherwise."""
+    from tformer_cli.api.run import own_precision, run_alpha
+    from tformer_cli.checkpoint import load_runs
+    from tformer_cli.report.eval_run import use_threads
+    from tformer_cli.report.pick import choose_run
+
+    paths = [choose_run(m) for m in models or [None]]
+    precision = precision or own_precision(paths[0])
+    runs = load_runs(paths, device, precision, compile)
+    use_threads(threads)
+    if alpha is None:  # the first run's
+        cfg = dataclasses.replace(cfg, alpha=run_alpha(None, runs[0].config))
+    return Translator(runs, cfg, use_cache=use_cache)
+
+
 # ---------------------------------------------------------------------------- inspect-attention
-def numbered(*words: str) -> Parsed:
-    """The parser of ``--layer``/``--head``: a number from 1 or one of ``words`` (a number past
-    the model's layers or heads is for the run to say)."""
-    either = f"must be a number from 1, {' or '.join(words)}"
-    return Parsed(Pattern(rf"[1-9][0-9]*|{'|'.join(words)}", either))
+@dataclass(frozen=True, kw_only=True)
+class InspectAttention(AttentionOptions):
+    """``tformer inspect-attention``: the maps to show (``AttentionOptions``) of one sentence,
+    where they go, and where the run is loaded."""
+
+    text: str = field(metadata=option("The sentence to translate and inspect.", argument=True))
+    model: Path | None = shared("model")
+    save: Path | None = field(
+        default=None,
+        metadata=option("Write a picture: .svg, .html (self-contained) or .png."),
+    )
+    json_out: bool = shared("json_out", "Print every weight with its tokens as JSON instead.")
+    output: Path | None = shared("output")
+    device: str = shared("device")
+    precision: str | None = shared("precision")
+    quiet: bool = shared("quiet", "No log lines.")
 
 
-@app.command("inspect-attention", cls=Command)
-@friendly_errors
-def inspect_attention(
-    text: Annotated[str, typer.Argument(help="The sentence to translate and inspect.")],
-    model: ModelDir = None,
-    beam: Annotated[
-        int,
-        typer.Option(
-            "--beam", "-k", min=1, max=MAX_BEAM, help="Beam size (1 = greedy); the best is shown."
-        ),
-    ] = 1,
-    kind: Annotated[
-        str,
-        typer.Option(
-            parser=one_of("cross", "encoder", "decoder"),
-            help="cross (target -> source), encoder or decoder self-attention.",
-        ),
-    ] = "cross",
-    layer: Annotated[
-        str,
-        typer.Option(parser=numbered("last", "all"), help="Layer number (from 1), last or all."),
-    ] = "last",
-    head: Annotated[
-        str, typer.Option(parser=numbered("mean", "all"), help="Head number (from 1), mean or all.")
-    ] = "all",
-    save: Annotated[
-        Path | None, typer.Option(help="Write a picture: .svg, .html (self-contained) or .png.")
-    ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print every weight with its tokens as JSON instead.")
-    ] = False,
-    output: Output = None,
-    align: Annotated[
-        bool, typer.Option(help="Score cross-attention heads against the toy gold alignments.")
-    ] = True,
-    align_sentences: Annotated[
-        int, typer.Option(min=1, help="Toy test sentences for the alignment accuracy.")
-    ] = 200,
-    device: Device = "auto",
-    precision: RunPrecision = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
-) -> None:
+@command(InspectAttention, "inspect-attention")
+def inspect_attention(v: InspectAttention) -> None:
     """Translate a sentence and show what every attention head looks at.
 
     Prints a heatmap per head (rows: target tokens, columns: source tokens for cross-attention)
     and a per-head table: attention entropy and, for runs trained on the toy corpus, how often
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
-    from tformer_cli.api.decoding import inspect_attention as inspect
+    from tformer_cli.api.run import own_precision
+    from tformer_cli.report.attention.view import AttentionRequest, inspect_attention
 
-    def run_inspect(
-        text: str, model: Path | None, console: Console, log: Console, **files: Any
-    ) -> None:
-        inspect(
-            text, model, console, log, kind=kind, layer=layer, head=head, beam=beam,
-            align=align, align_sentences=align_sentences, device=device, precision=precision,
-            **files,
-        )  # fmt: skip
+    asked = {f.name: getattr(v, f.name) for f in dataclasses.fields(AttentionOptions)}
+    precision = v.precision or own_precision(v.model)
+    request = AttentionRequest(**asked, device=v.device, precision=precision)
 
-    log = Console(stderr=True, quiet=quiet, soft_wrap=True)
-    if not json_out:
-        with destination(output, quiet) as console:
-            run_inspect(text, model, console, log, save=save)
-        return
-    if output is not None:  # JSON to a file, the text to nowhere
-        run_inspect(text, model, Console(file=io.StringIO()), log, save=save, json_path=output)
-        return
-    import tempfile
+    log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
+    if not v.json_out or v.save is not None:  # the maps drawn (with --json, to nowhere)
+        with destination(None if v.json_out else v.output, v.quiet) as console:
+            text = Console(file=io.StringIO()) if v.json_out else console
+            inspect_attention(v.text, v.model, request, text, log, save=v.save)
+    if v.json_out:  # every weight, as the library returns it
+        from tformer_cli.api.run import load
 
-    with tempfile.TemporaryDirectory() as folder:  # JSON on stdout: the library writes files
-        written = Path(folder) / "attention.json"
-        quiet_log = Console(stderr=True, quiet=True)
-        run_inspect(
-            text, model, Console(file=io.StringIO()), quiet_log, save=save, json_path=written
-        )
-        if save is not None:
-            wrote(save, quiet)
-        out.print(written.read_text(encoding="utf-8"), markup=False, end="")
+        run = load(v.model, device=v.device, precision=precision, compile="off")
+        chosen = {name: value for name, value in asked.items() if name not in ("layer", "head")}
+        with destination(v.output, v.quiet) as console:
+            console.print(run.attention(v.text, **chosen).to_json(), markup=False, end="")

@@ -2,142 +2,53 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from tformer_cli.cli.app import (
-    Command,
-    app,
-    check_engine,
-    destination,
-    err,
-    friendly_errors,
-    from_options,
-    out,
-    positional,
-    wrote,
-)
-from tformer_cli.cli.decode import min_len_note, run_alpha, search_config
-from tformer_cli.cli.options import (
-    Alpha,
-    Compile,
-    DecodePrecision,
-    Device,
-    Engine,
-    Epsilon,
-    EvalBeam,
-    Limit,
-    Mbr,
-    MbrFrom,
-    MbrUtility,
-    MinLen,
-    ModelDir,
-    Models,
-    NoiseSeed,
-    Output,
-    Parsed,
-    Quiet,
-    Sample,
-    Split,
-    Temperature,
-    Threads,
-    TopK,
-    TopP,
-    declared,
-    one_of,
-    with_options,
-)
-from tformer_cli.config import MAX_SEED, PRECISIONS, OneOf
+from tformer_cli.cli.app import check_engine, destination, err, out, positional, wrote
+from tformer_cli.cli.decode import min_len_note
+from tformer_cli.cli.options import command, legacy_run, shared
+from tformer_cli.config import EvalOptions, OneOf, option
 
-X_AXIS = one_of("updates", "time")  # of the curves (show, compare --save)
+if TYPE_CHECKING:
+    from tformer_cli.report.request import EvalRequest
+
+X_AXIS = OneOf(("updates", "time"))  # of the curves (show, compare --save)
+# The search's settings that an evaluation has not: it scores the best hypothesis.
+NOT_EVALUATED = ("nbest",)
+
 
 # ---------------------------------------------------------------------------- eval
-# Every option of tformer eval, in the order of its help.
-EVAL = declared(
-    model=(Models, None),
-    data=(
-        Annotated[
-            str | None,
-            typer.Option(help="Corpus (as for train). Default: the data the run was trained on."),
-        ],
-        None,
-    ),
-    src=(Annotated[str | None, typer.Option(help="Source language. Default: the run's.")], None),
-    tgt=(Annotated[str | None, typer.Option(help="Target language. Default: the run's.")], None),
-    src_file=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair"
-                " of the two files, in order, instead of --data."
-            ),
-        ],
-        None,
-    ),
-    tgt_file=(
-        Annotated[
-            Path | None, typer.Option(help="Plain target file, line by line with --src-file.")
-        ],
-        None,
-    ),
-    split=(Split, "test"),
-    limit=(Limit, None),
-    beam=(EvalBeam, 5),
-    alpha=(Alpha, None),
-    json_out=(
-        Annotated[
-            bool,
-            typer.Option("--json", help="Print every number, with its settings, as JSON instead."),
-        ],
-        False,
-    ),
-    output=(Output, None),
-    hypotheses=(
-        Annotated[
-            Path | None,
-            typer.Option(
-                help="Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
-                " (Formerly --hyp.)"
-            ),
-        ],
-        None,
-    ),
-    sample=(Sample, False),
-    temperature=(Temperature, 1.0),
-    top_k=(TopK, None),
-    top_p=(TopP, None),
-    epsilon=(Epsilon, None),
-    mbr=(Mbr, 0),
-    mbr_from=(MbrFrom, "sample"),
-    mbr_utility=(MbrUtility, "chrf"),
-    min_len=(MinLen, 0),
-    seed=(
-        Annotated[
-            int,
-            typer.Option(
-                min=0, max=MAX_SEED, help="Seed of the prefix-noise draws and of the samples."
-            ),
-        ],
-        1234,
-    ),
-    device=(Device, "auto"),
-    precision=(DecodePrecision, None),
-    compile=(Compile, "auto"),
-    engine=(Engine, "torch"),
-    threads=(Threads, 0),
-    quiet=(Quiet, False),
-)
+@dataclass(frozen=True)
+class Evaluate(EvalOptions):
+    """``tformer eval``: the evaluation (``EvalOptions``) of each run, where it prints and
+    writes, and where it runs."""
+
+    model: list[Path] | None = shared("models")
+    json_out: bool = shared("json_out")
+    output: Path | None = shared("output")
+    hypotheses: Path | None = field(
+        default=None,
+        metadata=option(
+            "Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
+            " (Formerly --hyp.)"
+        ),
+    )
+    device: str = shared("device")
+    precision: str | None = shared("precision_int8")
+    compile: str = shared("compile")
+    engine: str = shared("engine")
+    threads: int = shared("threads")
+    quiet: bool = shared("quiet")
 
 
-@app.command("eval", cls=Command)
-@friendly_errors
-@with_options(EVAL)
-def evaluate(ctx: typer.Context, **values: Any) -> None:
+@command(Evaluate, "eval", skip=NOT_EVALUATED)
+def evaluate(v: Evaluate) -> None:
     """Score a run: BLEU and chrF (greedy and beam), teacher-forced loss, and exposure bias.
 
     The exposure-bias sections: the BLEU gap between teacher-forced argmax and greedy output,
@@ -145,26 +56,20 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
     quality decay with length. Metrics with no defined value print n/a. With several runs
     (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
-    from tformer_cli.api.reports import evaluate_runs
+    from tformer_cli.api.run import eval_request, run_alpha
 
-    v = SimpleNamespace(**values)
-    with from_options(ctx):  # checked before a run is read: its alpha comes after
-        search = search_config(
-            v.beam, 0.0 if v.alpha is None else v.alpha, v.sample,
-            (v.temperature, v.top_k, v.top_p, v.epsilon), v.mbr, v.mbr_from, v.mbr_utility,
-            min_len=v.min_len, seed=v.seed,
-        )  # fmt: skip
-    search = dataclasses.replace(search, alpha=run_alpha(v.alpha, v.model))
-    check_engine(v.engine, search, len(v.model or [None]))
-    if (note := min_len_note(search)) is not None and not v.quiet:
+    runs = v.model or [None]
+    asked = eval_request(
+        v, run_alpha(v.alpha, runs[0]), device=v.device, precision=v.precision,
+        threads=v.threads, compile=v.compile, engine=v.engine,
+    )  # fmt: skip
+    check_engine(v.engine, asked.config.search, len(runs))
+    if (note := min_len_note(asked.config.search)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
     with destination(None if v.json_out else v.output, v.quiet) as console:
         report = evaluate_runs(
-            v.model, search, seed=v.seed, console=None if v.json_out else console, log=err,
+            runs, asked, console=None if v.json_out else console, log=err,
             json_path=v.output if v.json_out else None, hyp_path=v.hypotheses, quiet=v.quiet,
-            data=v.data, src_lang=v.src, tgt_lang=v.tgt, src_file=v.src_file,
-            tgt_file=v.tgt_file, split=v.split, limit=v.limit, device=v.device,
-            precision=v.precision, threads=v.threads, compile=v.compile, engine=v.engine,
         )  # fmt: skip
     if v.json_out and v.output is None:
         out.print(report, markup=False, end="")
@@ -173,116 +78,130 @@ def evaluate(ctx: typer.Context, **values: Any) -> None:
             wrote(written, v.quiet)
 
 
+def evaluate_runs(
+    runs: Sequence[Path | None], asked: EvalRequest, *, console: Console | None, log: Console,
+    json_path: Path | None = None, hyp_path: Path | None = None, quiet: bool = False,
+) -> str:  # fmt: skip
+    """``tformer eval`` of each run (``None``: the newest), kept in its folder, each report
+    printed on ``console`` (``None``: not printed); the last run also scores the ensemble of
+    them all and writes ``json_path`` and ``hyp_path``. Returns the last report's JSON."""
+    from tformer_cli.device import oom_hint
+    from tformer_cli.report.eval_run import evaluate_run
+    from tformer_cli.report.evaluation import render_report, report_json
+
+    for i, run in enumerate(runs):  # each run's report; the last one ends with the ensemble's
+        last = i == len(runs) - 1
+        with oom_hint():
+            evaluation = evaluate_run(
+                run, asked, keep=True, json_path=json_path if last else None,
+                hyp_path=hyp_path if last else None, ensemble_with=runs[:-1] if last else (),
+                console=log, quiet=quiet,
+            )  # fmt: skip
+        if console is not None:
+            console.print(render_report(evaluation.report))
+    return report_json(evaluation.report)
+
+
 # ---------------------------------------------------------------------------- runs, show, compare
-@app.command("runs", cls=Command)
-@friendly_errors
-def runs_command(
-    folder: Annotated[
-        Path | None,
-        typer.Argument(help="Folder holding the runs. Default: runs/.", show_default=False),
-    ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print every row as JSON instead of the table.")
-    ] = False,
-    output: Output = None,
-) -> None:
+@dataclass(frozen=True)
+class Runs:
+    """``tformer runs``: the folder listed and where the list goes."""
+
+    folder: Path | None = field(
+        default=None,
+        metadata=option("Folder holding the runs. Default: runs/.", argument=True),
+    )
+    json_out: bool = shared("json_out", "Print every row as JSON instead of the table.")
+    output: Path | None = shared("output")
+
+
+@command(Runs, "runs")
+def runs_command(v: Runs) -> None:
     """List the runs, newest first: data, model size, precision, updates, BLEU and state.
 
     The state is finished, interrupted (continue it with tformer train --resume RUN), running
     (a live training process holds the run's lock) or broken (with the reason). Test BLEU comes
     from tformer eval's stored result for the current model.pt, else from the end of training.
     """
-    from tformer_cli.api.reports import show_runs
+    from tformer_cli.report.runs import show_runs
 
-    with destination(output) as console:
-        show_runs(folder, console, as_json=json_out)
+    with destination(v.output) as console:
+        show_runs(v.folder, console, as_json=v.json_out)
 
 
-@app.command("show", cls=Command)
-@friendly_errors
-def show_command(
-    legacy: Annotated[
-        Path | None, typer.Argument(help="Deprecated: use -m RUN.", hidden=True, metavar="RUN")
-    ] = None,
-    model: ModelDir = None,
-    save: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the curves: .svg, .html (self-contained, with the settings) or .png."
+@dataclass(frozen=True)
+class Show:
+    """``tformer show``: the run, and the picture of its curves."""
+
+    legacy: Path | None = legacy_run()
+    model: Path | None = shared("model")
+    save: Path | None = field(
+        default=None,
+        metadata=option(
+            "Write the curves: .svg, .html (self-contained, with the settings) or .png."
         ),
-    ] = None,
-    x: Annotated[
-        str,
-        typer.Option("--x", parser=X_AXIS, help="x axis: updates, or time (minutes of training)."),
-    ] = "updates",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines.")] = False,
-) -> None:
+    )
+    x: str = field(
+        default="updates",
+        metadata=option(
+            "x axis: updates, or time (minutes of training).", flags=("--x",), values=X_AXIS
+        ),
+    )
+    quiet: bool = shared("quiet", "No log lines.")
+
+
+@command(Show, "show")
+def show_command(v: Show) -> None:
     """Show a run: its settings, then its training curves drawn in the terminal.
 
     From the run's log.jsonl: train loss, valid loss, perplexity and BLEU, learning rate,
     target tokens/s, and the teacher-forcing probability of scheduled sampling when used.
     """
-    from tformer_cli.api.reports import show_run
+    from tformer_cli.report.pick import choose_run
+    from tformer_cli.report.show import show_run
 
-    run = positional(legacy, model, "tformer show RUN", "tformer show -m RUN")
-    show_run(run, out, Console(stderr=True, quiet=quiet, soft_wrap=True), save=save, x=x)
+    run = positional(v.legacy, v.model, "tformer show RUN", "tformer show -m RUN")
+    log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
+    show_run(choose_run(run), out, save=v.save, x=v.x, err=log)
 
 
-@app.command("compare", cls=Command)
-@friendly_errors
-def compare_command(
-    legacy: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Deprecated: use -m RUN -m RUN.", hidden=True, metavar="RUN"),
-    ] = None,
-    model: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Two or more run folders (or names under runs/): -m A -m B; the first is the"
-            " baseline.",
-            show_default=False,
+@dataclass(frozen=True)
+class Compare(EvalOptions):
+    """``tformer compare``: the evaluation (``EvalOptions``) of two runs or more, the curves
+    to draw, where it prints, and where it runs."""
+
+    legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -m RUN.")
+    model: list[Path] | None = field(
+        default=None,
+        metadata=option(
+            "Two or more run folders (or names under runs/): -m A -m B; the first is the baseline.",
+            flags=("--model", "-m"),
         ),
-    ] = None,
-    data: Annotated[
-        str | None,
-        typer.Option(help="Corpus (as for train). Default: the data the runs were trained on."),
-    ] = None,
-    src: Annotated[str | None, typer.Option(help="Source language. Default: the runs'.")] = None,
-    tgt: Annotated[str | None, typer.Option(help="Target language. Default: the runs'.")] = None,
-    split: Split = "test",
-    limit: Limit = None,
-    beam: EvalBeam = 5,
-    alpha: Alpha = None,
-    seed: NoiseSeed = 1234,
-    save: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the runs' curves overlaid: .svg, .html (with the tables) or .png."
+    )
+    save: Path | None = field(
+        default=None,
+        metadata=option("Write the runs' curves overlaid: .svg, .html (with the tables) or .png."),
+    )
+    x: str = field(
+        default="updates",
+        metadata=option(
+            "x axis of --save: updates, or time (minutes of training).",
+            flags=("--x",),
+            values=X_AXIS,
         ),
-    ] = None,
-    x: Annotated[
-        str,
-        typer.Option(
-            "--x", parser=X_AXIS, help="x axis of --save: updates, or time (minutes of training)."
-        ),
-    ] = "updates",
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print every number and p-value as JSON.")
-    ] = False,
-    output: Output = None,
-    device: Device = "auto",
-    precision: Annotated[
-        str | None,
-        typer.Option(
-            parser=Parsed(OneOf(PRECISIONS)),
-            help="fp32, bf16 or auto. Default: the precision each run was trained with.",
-        ),
-    ] = None,
-    threads: Threads = 0,
-    quiet: Quiet = False,
-) -> None:
+    )
+    json_out: bool = shared("json_out", "Print every number and p-value as JSON.")
+    output: Path | None = shared("output")
+    device: str = shared("device")
+    precision: str | None = shared(
+        "precision", "fp32, bf16 or auto. Default: the precision each run was trained with."
+    )
+    threads: int = shared("threads")
+    quiet: bool = shared("quiet")
+
+
+@command(Compare, "compare", skip=NOT_EVALUATED)
+def compare_command(v: Compare) -> None:
     """Compare runs on the same test data, with significance tests.
 
     BLEU and chrF (greedy and beam), teacher-forced metrics and the exposure-bias numbers side
@@ -291,14 +210,18 @@ def compare_command(
     A run's stored tformer eval result is reused when it is current (same model.pt bytes, data
     and settings); otherwise the run is evaluated now and the result kept.
     """
-    from tformer_cli.api.reports import compare_runs
+    from tformer_cli.api.run import eval_request, run_alpha
+    from tformer_cli.report.compare import compare_runs
 
-    runs = positional(legacy, model, "tformer compare RUN RUN", "tformer compare -m RUN -m RUN")
+    runs = positional(v.legacy, v.model, "tformer compare RUN RUN", "tformer compare -m RUN -m RUN")
     if not runs or len(runs) < 2:
         raise typer.BadParameter("compare needs two runs or more: -m A -m B", param_hint="--model")
-    with destination(output, quiet) as console:
+    asked = eval_request(
+        v, run_alpha(v.alpha, runs[0]), device=v.device, precision=v.precision,
+        threads=v.threads,
+    )  # fmt: skip
+    with destination(v.output, v.quiet) as console:
         compare_runs(
-            runs, console, err, beam=beam, alpha=alpha, seed=seed, keep=True, save=save, x=x,
-            as_json=json_out, quiet=quiet, data=data, src_lang=src, tgt_lang=tgt, split=split,
-            limit=limit, device=device, precision=precision, threads=threads,
+            runs, console, asked, keep=True, save=v.save, x=v.x, as_json=v.json_out, err=err,
+            quiet=v.quiet,
         )  # fmt: skip

@@ -35,23 +35,11 @@ PANELS: dict[str, tuple[str, ...]] = {
 PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 PANEL_IN = {("train", "seed"): "Run", ("train", "max_tokens"): "Optimisation"}
 
-# Options whose values are a fixed set (checked by the library, with its one-line errors).
-CHOICES = {
-    "tokenizer": "bpe|unigram|wordlevel",
-    "positional": "sinusoidal|learned",
-    "norm": "post|pre",
-    "decay": "rsqrt|linear|cosine|auto",
-    "scheduled_sampling": "SCHEDULE",  # too wide for the column: the help lists them
-    "ss_mix": "argmax|sample",
-    "device": "auto|cpu|cuda|mps",
-    "compile": "auto|on|off",
-    "engine": "torch|ctranslate2",
-    "mbr_from": "sample|beam",
-    "mbr_utility": "chrf|bleu",
-    "split": "train|valid|test|all",
-    "x": "updates|time",
-    "kind": "KIND",  # beside --align/--no-align, too wide: the help lists them
-    "to": "ctranslate2|hf",
+# The metavars of options whose values are not listed in it (a set too wide for the column,
+# or a form); any other option of a fixed set shows its choices.
+SHOWN = {
+    "scheduled_sampling": "SCHEDULE",
+    "kind": "KIND",  # beside --align/--no-align
     "layer": "N|last|all",
     "head": "N|mean|all",
     "nnodes": "N|MIN:MAX",
@@ -70,10 +58,10 @@ def metavar(command: str, param: Any) -> str:
     name = param.name
     if getattr(param, "is_flag", False):
         return ""
-    if name == "precision":
-        return "fp32|bf16|auto|int8" if "int8" in (param.help or "") else "fp32|bf16|auto"
-    if name in CHOICES:
-        return CHOICES[name]
+    if name in SHOWN:
+        return SHOWN[name]
+    if choices := getattr(allowed(param), "choices", None):
+        return "|".join(choices)
     if name in RUNS:
         return "RUN"
     if name in FOLDERS or (command == "export" and name == "output"):
@@ -87,6 +75,14 @@ def metavar(command: str, param: Any) -> str:
     if described.is_path:
         return "FILE"
     return {int: "N", float: "X"}.get(described.annotation, "TEXT")
+
+
+def allowed(param: Any) -> Any:
+    """The values an option's parser (``options.Parsed``) takes, or None: from Typer >= 0.29's
+    type descriptor or the click type of older Typers."""
+    described = getattr(param, "type_descriptor", None)
+    parser = described.parameter_info.parser if described else getattr(param.type, "func", None)
+    return getattr(parser, "allowed", None)
 
 
 def nameless(kind: Any) -> Any:
@@ -127,6 +123,16 @@ def lay_out(command: str, params: list[Any]) -> None:
         if panel and getattr(param, "rich_help_panel", None) is None:
             param.rich_help_panel = panel
         param._get_number_range_help_str = lambda: None
+    params.sort(key=place)
+
+
+def place(param: Any) -> int:
+    """Where a parameter's help goes: arguments first, then the options panel by panel, in the
+    order of ``PANELS`` (a command's options in any order read the same)."""
+    if param.param_type_name != "option":
+        return -1
+    panel = getattr(param, "rich_help_panel", None)
+    return list(PANELS).index(panel) if panel in PANELS else len(PANELS)
 
 
 # The commands in the order of a run's life, as `tformer -h` and docs/cli.md list them.

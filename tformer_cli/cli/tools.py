@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from tformer_cli.cli.app import (
-    Command,
-    app,
-    check_engine,
-    err,
-    friendly_errors,
-    out,
-    positional,
-    tokenizer_app,
-    wrote,
-)
-from tformer_cli.cli.options import (
-    MAX_BEAM,
-    Device,
-    Engine,
-    ModelDir,
-    Parsed,
-    Quiet,
-    RunPrecision,
-    T,
-    Threads,
-    one_of,
-)
-from tformer_cli.config import MAX_VOCAB, TOKENIZERS, Range
+from tformer_cli.cli.app import check_engine, err, out, positional, tokenizer_app, wrote
+from tformer_cli.cli.options import command, legacy_run, shared
+from tformer_cli.config import OneOf, ServeOptions, TrainConfig, option
+from tformer_cli.config.fields import values_of
+from tformer_cli.engines import interop_packages
 
 # CTranslate2's weight types (interop.ct2.QUANTIZATIONS, which imports ctranslate2)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
@@ -39,124 +20,115 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
 
 
 # ---------------------------------------------------------------------------- serve
-@app.command("serve", cls=Command)
-@friendly_errors
-def serve_command(
-    model: ModelDir = None,
-    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: all).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
-    max_tokens: Annotated[
-        int, typer.Option(min=1, help="Source tokens gathered into one decoding batch.")
-    ] = 4096,
-    wait_ms: Annotated[
-        float,
-        typer.Option(
-            parser=Parsed(Range(0), float), help="How long a batch waits for more requests (ms)."
-        ),
-    ] = 5.0,
-    max_chars: Annotated[int, typer.Option(min=1, help="Characters per text.")] = 1000,
-    max_texts: Annotated[int, typer.Option(min=1, help="Texts per request.")] = 64,
-    max_body: Annotated[int, typer.Option(min=1, help="Bytes per request body.")] = 1 << 20,
-    max_beam: Annotated[
-        int, typer.Option(min=1, max=MAX_BEAM, help="Largest beam (and n-best).")
-    ] = 16,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            parser=Parsed(Range(0.001), float),
-            help="Seconds a request may wait and run (then 503).",
-        ),
-    ] = 30.0,
-    device: Device = "auto",
-    precision: RunPrecision = None,
-    engine: Engine = "torch",
-    threads: Threads = 0,
-    quiet: Quiet = False,
-) -> None:
+@dataclass(frozen=True)
+class Serve(ServeOptions):
+    """``tformer serve``: the server (``ServeOptions``), the run it serves and where."""
+
+    model: Path | None = shared("model")
+    device: str = shared("device")
+    precision: str | None = shared("precision")
+    engine: str = shared("engine")
+    threads: int = shared("threads")
+    quiet: bool = shared("quiet")
+
+
+@command(Serve, "serve")
+def serve_command(v: Serve) -> None:
     """Serve translations and attention maps over HTTP, with a page to explore them at /.
 
     POST /translate answers with the objects of translate --json, POST /attention with those of
     inspect-attention --json; GET /health, GET /model; the API's own page is /docs. Requests
     that arrive together are decoded in one batch. Needs the serve extra.
     """
-    from tformer_cli.api.decoding import interop_packages
-    from tformer_cli.serve import Limits, serve
+    from tformer_cli.serve import serve
 
-    check_engine(engine, None)
-    limits = Limits(max_chars, max_texts, max_body, max_beam, timeout)
-    with interop_packages() if engine == "ctranslate2" else contextlib.nullcontext():
+    check_engine(v.engine, None)
+    with interop_packages() if v.engine == "ctranslate2" else contextlib.nullcontext():
         serve(
-            model, err, host=host, port=port, limits=limits, max_tokens=max_tokens,
-            wait_ms=wait_ms, device=device, precision=precision, engine=engine, threads=threads,
-            quiet=quiet,
+            v.model, err, v, device=v.device, precision=v.precision, engine=v.engine,
+            threads=v.threads, quiet=v.quiet,
         )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- export, import
-@app.command("export", cls=Command)
-@friendly_errors
-def export_command(
-    to: Annotated[
-        str,
-        typer.Option(
-            "--to",
-            parser=one_of("ctranslate2", "hf"),
-            help="ctranslate2, or hf (a MarianMTModel for transformers).",
-        ),
-    ],
-    legacy: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Deprecated: use -m RUN -o DIR.", hidden=True, metavar="RUN"),
-    ] = None,
-    model: ModelDir = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Folder to write (new, or empty).", show_default=False),
-    ] = None,
-    quantization: Annotated[
-        str,
-        typer.Option(
-            parser=one_of(*QUANTIZATIONS),
-            help="CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
+@dataclass(frozen=True, kw_only=True)
+class Export:
+    """``tformer export``: the run, the format and the folder written."""
+
+    to: str = field(
+        metadata=option(
+            "ctranslate2, or hf (a MarianMTModel for transformers).",
+            flags=("--to",),
+            values=OneOf(("ctranslate2", "hf")),
+        )
+    )
+    legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -o DIR.")
+    model: Path | None = shared("model")
+    output: Path | None = field(
+        default=None,
+        metadata=option("Folder to write (new, or empty).", flags=("--output", "-o")),
+    )
+    quantization: str = field(
+        default="float32",
+        metadata=option(
+            "CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
             " int16, float16 or bfloat16.",
+            values=OneOf(QUANTIZATIONS),
         ),
-    ] = "float32",
-) -> None:
+    )
+
+
+@command(Export, "export")
+def export_command(v: Export) -> None:
     """Export a run for deployment or sharing, its tokenizer with it.
 
     ctranslate2: any run, for CTranslate2's fast decoding (exact: the same weights and position
     table). hf: a run trained post-LN with sinusoidal positions (the toy recipe's), as a
     Hugging Face MarianMTModel folder with a fast tokenizer and a generation config.
     """
-    from tformer_cli.api.reports import export_run
+    from tformer_cli.report.pick import choose_run
 
-    if to not in ("ctranslate2", "hf"):
-        raise typer.BadParameter(f"{to!r}: use ctranslate2 or hf", param_hint="--to")
-    if to == "hf" and quantization != "float32":
+    if v.to == "hf" and v.quantization != "float32":
         raise typer.BadParameter("quantizes CTranslate2 weights only", param_hint="--quantization")
-    if legacy:
-        if len(legacy) != 2:
+    model, output = v.model, v.output
+    if v.legacy:
+        if len(v.legacy) != 2:
             raise typer.BadParameter("give -m RUN -o DIR", param_hint="RUN OUTPUT")
         old, new = "tformer export RUN DIR", "tformer export -m RUN -o DIR"
-        model, output = positional(legacy[0], model, old, new), legacy[1]
+        model, output = positional(v.legacy[0], model, old, new), v.legacy[1]
     if output is None:
         raise typer.BadParameter("the folder to write: -o DIR", param_hint="--output")
-    run_dir, written = export_run(model, to, output, quantization)
-    out.print(f"exported {run_dir} ({to})", markup=False)
+    run_dir = choose_run(model)
+    with interop_packages():
+        if v.to == "ctranslate2":
+            from tformer_cli.interop.ct2 import export_ctranslate2
+
+            written = export_ctranslate2(run_dir, output, v.quantization)
+        else:
+            from tformer_cli.interop.hf import export_hf
+
+            written = export_hf(run_dir, output)
+    out.print(f"exported {run_dir} ({v.to})", markup=False)
     wrote(written)
 
 
-@app.command("import", cls=Command)
-@friendly_errors
-def import_command(
-    source: Annotated[
-        str, typer.Argument(help="hf:NAME (a model on the Hugging Face Hub) or a model folder.")
-    ],
-    name: Annotated[
-        str | None, typer.Option(help="Run name. Default: the model's (its last path part).")
-    ] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class Import:
+    """``tformer import``: the model, and the run it becomes."""
+
+    source: str = field(
+        metadata=option(
+            "hf:NAME (a model on the Hugging Face Hub) or a model folder.", argument=True
+        )
+    )
+    name: str | None = field(
+        default=None, metadata=option("Run name. Default: the model's (its last path part).")
+    )
+    runs_dir: Path = field(default=Path("runs"), metadata=option("Folder holding the runs."))
+
+
+@command(Import, "import")
+def import_command(v: Import) -> None:
     """Import a Hugging Face Marian model (e.g. hf:Helsinki-NLP/opus-mt-de-en) as a run.
 
     translate, eval (give --data: an import has no data of its own), inspect-attention, serve
@@ -164,53 +136,60 @@ def import_command(
     (HF_HUB_OFFLINE=1), hf:NAME reads the Hugging Face cache. A folder made by export --to hf
     comes back as the run it was: its weights, tokenizer, beam_alpha and precision.
     """
-    from tformer_cli.api.reports import import_run
 
-    run_dir = import_run(source, runs_dir, name)
-    out.print(f"imported {source} -> {run_dir}", markup=False)
+    with interop_packages():
+        from tformer_cli.interop.hf import import_marian
+
+        run_dir = import_marian(v.source, v.runs_dir, v.name)
+    out.print(f"imported {v.source} -> {run_dir}", markup=False)
 
 
 # ---------------------------------------------------------------------------- tokenizer
-@tokenizer_app.command("train", cls=Command)
-@friendly_errors
-def tokenizer_train(
-    legacy: Annotated[
-        Path | None, typer.Argument(help="Deprecated: use -o FILE.", hidden=True, metavar="FILE")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Where to write tokenizer.json.", show_default=False),
-    ] = None,
-    data: Annotated[str, typer.Option(help="Corpus: toy, a folder or file, or hf:NAME.")] = "toy",
-    src: Annotated[str | None, typer.Option(help="Source language suffix of plain files.")] = None,
-    tgt: Annotated[str | None, typer.Option(help="Target language suffix of plain files.")] = None,
-    vocab_size: Annotated[
-        int, typer.Option(min=1, max=MAX_VOCAB, help="Vocabulary size.")
-    ] = T.vocab_size,
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            parser=one_of(*TOKENIZERS), help="bpe, unigram or wordlevel. (Formerly --kind.)"
+@dataclass(frozen=True)
+class TokenizerTrain:
+    """``tformer tokenizer train``: the corpus, the tokenizer and where it goes."""
+
+    legacy: Path | None = legacy_run("Deprecated: use -o FILE.", "FILE")
+    output: Path | None = field(
+        default=None, metadata=option("Where to write tokenizer.json.", flags=("--output", "-o"))
+    )
+    data: str = field(default="toy", metadata=option("Corpus: toy, a folder or file, or hf:NAME."))
+    src: str | None = field(default=None, metadata=option("Source language suffix of plain files."))
+    tgt: str | None = field(default=None, metadata=option("Target language suffix of plain files."))
+    vocab_size: int = field(
+        default=TrainConfig.vocab_size,
+        metadata=option("Vocabulary size.", values=values_of(TrainConfig, "vocab_size")),
+    )
+    tokenizer: str = field(
+        default="bpe",
+        metadata=option(
+            "bpe, unigram or wordlevel. (Formerly --kind.)",
+            values=values_of(TrainConfig, "tokenizer_kind"),
         ),
-    ] = "bpe",
-) -> None:
+    )
+
+
+@command(TokenizerTrain, "train", group=tokenizer_app)
+def tokenizer_train(v: TokenizerTrain) -> None:
     """Train a shared source+target tokenizer as tformer train would, and print its statistics
     on the validation split: tokens per sentence and unknown rate, to compare --vocab-size and
     --tokenizer choices before training a model."""
-    from tformer_cli.api.reports import train_tokenizer
+    from tformer_cli.data.corpus import corpus_within, training_text
+    from tformer_cli.data.tokenizer import save_tokenizer, tokenizer_stats, train_tokenizer
 
-    output = positional(
-        legacy, output, "tformer tokenizer train FILE", "tformer tokenizer train -o FILE"
-    )
+    old, new = "tformer tokenizer train FILE", "tformer tokenizer train -o FILE"
+    output = positional(v.legacy, v.output, old, new)
     if output is None:
         raise typer.BadParameter("where to write tokenizer.json: -o FILE", param_hint="--output")
-    vocabulary, stats = train_tokenizer(
-        output, data=data, src=src, tgt=tgt, vocab_size=vocab_size, kind=tokenizer
-    )
-    for side in stats:
+    with corpus_within(v.data, src_lang=v.src, tgt_lang=v.tgt) as corpus:
+        sample = training_text(corpus["train"], TrainConfig().tokenizer_sample)
+        tok = train_tokenizer(sample, v.vocab_size, v.tokenizer)
+        valid = {side: tokenizer_stats(tok, corpus["valid"][side]) for side in ("src", "tgt")}
+    save_tokenizer(tok, output)
+    for side, stats in valid.items():
         out.print(
-            f"valid {side.side}: {side.sentences} sentences, {side.avg_tokens:.1f}"
-            f" tokens/sentence, unknown rate {side.unk_rate:.2%}"
+            f"valid {side}: {stats.sentences} sentences, {stats.avg_tokens:.1f}"
+            f" tokens/sentence, unknown rate {stats.unk_rate:.2%}"
         )
-    out.print(f"vocabulary: {vocabulary} types", markup=False)
+    out.print(f"vocabulary: {tok.get_vocab_size()} types", markup=False)
     wrote(output)

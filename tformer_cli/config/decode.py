@@ -1,16 +1,21 @@
-"""How a translation is searched for or drawn: the decoding settings of translate, eval and
-serve, and the values each may hold (``values`` in a field's metadata: the options that set
-them declare the same)."""
+"""How a translation is searched for or drawn: the search itself (``DecodeConfig``,
+``SamplingConfig``) and the settings a user gives translate, eval, serve and the Python API
+(``DecodeOptions``, ``TraceOptions``), each declared once on its field: its help, spellings and
+values, which every face reads."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from tformer_cli.config.fields import OneOf, Range, check_values, values
+from tformer_cli.config.fields import OneOf, Range, check_values, option, values, values_of
 from tformer_cli.errors import SettingError
 
 MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed takes it everywhere
+# Upper bounds of settings that size memory: past them, a one-line error rather than torch's
+# overflow or allocation traceback.
+MAX_BEAM, MAX_HYPOTHESES, MAX_LENGTH = 256, 1024, 100_000
+SAMPLING = ("temperature", "top_k", "top_p", "epsilon")  # the settings of a draw
 
 
 @dataclass(frozen=True)
@@ -55,14 +60,6 @@ class DecodeConfig:
         if self.sampling is not None and self.beam > 1:
             raise SettingError("beam", self.beam, "must be 1 when sampling (a token drawn a step)")
 
-    def nbest_in_beam(self) -> DecodeConfig:
-        """This search if its n-best list is no longer than its beam, as translate, the API and
-        the server ask (the search itself ranks the finished hypotheses of every step, more
-        than a beam's); else a ``SettingError``. Draws aside: their n-best are samples."""
-        if self.sampling is None and not self.mbr and self.nbest > self.beam:
-            raise SettingError("nbest", self.nbest, f"needs {{beam}} >= {self.nbest}")
-        return self
-
     def min_len_cut(self) -> float | None:
         """The longest source (tokens, ``</s>`` aside) whose length limit ``a * |src| + b`` is
         at most ``min_len``, so that its translation ends at the limit instead: ``min_len`` is
@@ -71,3 +68,160 @@ class DecodeConfig:
         if int(a * shortest + b) > self.min_len:
             return None
         return math.inf if a == 0 else math.ceil((self.min_len + 1 - b) / a) - 2
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The decoding settings a user gives (``tformer translate``, ``Run.translate``, the
+    server's ``/translate``): a beam search, or draws (``sample``), or minimum Bayes risk over
+    ``mbr`` candidates; ``alpha`` ``None``: the run's own ``beam_alpha``. A sampling setting
+    where nothing is drawn is refused, not ignored; so is an n-best list longer than the beam
+    (the search itself ranks more than a beam's)."""
+
+    beam: int = field(
+        default=5,
+        metadata=option(
+            "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
+        ),
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=option(
+            "GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine ctranslate2:"
+            " / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless its training set"
+            " another.",
+            values=values_of(DecodeConfig, "alpha"),
+        ),
+    )
+    nbest: int = field(
+        default=1,
+        metadata=option(
+            "Hypotheses per input (<= beam; with --sample, samples per input): lines"
+            " INDEX<TAB>SCORE<TAB>TEXT.",
+            values=Range(1, MAX_HYPOTHESES),
+        ),
+    )
+    sample: bool = field(
+        default=False, metadata=option("Draw each token from the model instead of searching.")
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata=option(
+            "Sampling: p^(1/T), renormalised (< 1 sharper, > 1 flatter).",
+            values=values_of(SamplingConfig, "temperature"),
+        ),
+    )
+    top_k: int | None = field(
+        default=None,
+        metadata=option(
+            "Sampling: keep the k most probable tokens.", values=values_of(SamplingConfig, "top_k")
+        ),
+    )
+    top_p: float | None = field(
+        default=None,
+        metadata=option(
+            "Sampling: keep the smallest set of mass >= p (nucleus).",
+            values=values_of(SamplingConfig, "top_p"),
+        ),
+    )
+    epsilon: float | None = field(
+        default=None,
+        metadata=option(
+            "Sampling: drop tokens of probability < epsilon.",
+            values=values_of(SamplingConfig, "epsilon"),
+        ),
+    )
+    seed: int = field(
+        default=0,
+        metadata=option(
+            "Seed of the samples (--sample, --mbr).", values=values_of(DecodeConfig, "seed")
+        ),
+    )
+    mbr: int = field(
+        default=0,
+        metadata=option(
+            "Minimum Bayes risk: the candidate of highest expected utility among N samples (or"
+            " the beam's N-best, --mbr-from beam). 0: off.",
+            values=Range(0, MAX_HYPOTHESES),
+        ),
+    )
+    mbr_from: str = field(
+        default="sample",
+        metadata=option(
+            "Where MBR candidates come from: sample or beam.",
+            values=values_of(DecodeConfig, "mbr_from"),
+        ),
+    )
+    mbr_utility: str = field(
+        default="chrf",
+        metadata=option(
+            "MBR utility: chrf (sacrebleu's) or bleu.",
+            values=values_of(DecodeConfig, "mbr_utility"),
+        ),
+    )
+    min_len: int = field(
+        default=0,
+        metadata=option(
+            "No </s> before this many tokens (at most the length limit).",
+            values=Range(0, MAX_LENGTH),
+        ),
+    )
+    max_len_a: float = field(
+        default=1.5,
+        metadata=option(
+            "Output length limit a*|src|+b tokens: a.", values=values_of(DecodeConfig, "max_len_a")
+        ),
+    )
+    max_len_b: int = field(
+        default=10, metadata=option("Output length limit: b.", values=Range(0, MAX_LENGTH))
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self)
+        if not self.draws:
+            unset = {f.name: f.default for f in fields(self) if f.name in SAMPLING}
+            for name in SAMPLING:
+                if getattr(self, name) != unset[name]:
+                    value = getattr(self, name)
+                    raise SettingError(name, value, "needs {sample} or {mbr} (from samples)")
+        if not self.sample and not self.mbr and self.nbest > self.beam:
+            raise SettingError("nbest", self.nbest, f"needs {{beam}} >= {self.nbest}")
+
+    @property
+    def draws(self) -> bool:
+        """Whether tokens are drawn: ``sample``, or MBR over samples."""
+        return self.sample or (self.mbr > 0 and self.mbr_from == "sample")
+
+    def search(self, alpha: float) -> DecodeConfig:
+        """The search these settings ask for, with the length penalty ``alpha`` (``self.alpha``
+        or the run's own)."""
+        sampling = SamplingConfig(self.temperature, self.top_k, self.top_p, self.epsilon)
+        return DecodeConfig(
+            beam=1 if self.draws else self.beam, alpha=alpha, max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b, nbest=self.nbest, min_len=self.min_len,
+            sampling=sampling if self.draws else None, seed=self.seed, mbr=self.mbr,
+            mbr_from=self.mbr_from, mbr_utility=self.mbr_utility,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """The step-through search of one text (``Run.trace``, the server's ``/trace``): a beam of
+    ``beam``, the ``top`` next tokens of each hypothesis, the length penalty ``alpha`` (``None``:
+    the run's own)."""
+
+    beam: int = field(default=5, metadata=option("Beam size.", values=Range(1, MAX_BEAM)))
+    top: int = field(
+        default=5, metadata=option("Next tokens shown per hypothesis.", values=Range(1))
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=option("GNMT length penalty.", values=values_of(DecodeConfig, "alpha")),
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+    def search(self, alpha: float) -> DecodeConfig:
+        """The traced beam search, its n-best the whole beam."""
+        return DecodeConfig(beam=self.beam, alpha=alpha, nbest=self.beam)

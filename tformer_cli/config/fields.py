@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_type_hints
 
 from tformer_cli.errors import SettingError, TformerError
 
@@ -65,16 +66,33 @@ class OneOf:
         return None if value in self.choices else self.rule
 
 
-Values = Range | OneOf
+@dataclass(frozen=True)
+class Pattern:
+    """The values of a text setting of a fixed form: ``pattern`` (a regular expression), which
+    ``rule`` says in words."""
+
+    pattern: str
+    rule: str
+
+    def refuses(self, value: str) -> str | None:
+        return None if re.fullmatch(self.pattern, value) else self.rule
+
+
+Values = Range | OneOf | Pattern
 
 
 def option(
-    help: str, name: str = "", *, path: bool = False, values: Values | None = None
-) -> dict[str, Any]:
-    """The metadata of a field that ``tformer train`` sets with an option: its ``help``, its
-    name (default: the field's, as ``--name-with-dashes``), ``path``: a file or folder (a
-    ``Path``), ``values``: those it may hold (``TRAIN_OPTIONS``, ``check_values``)."""
-    return {"option": name, "help": help, "path": path, "values": values}
+    help: str, name: str = "", *, flags: tuple[str, ...] = (), path: bool = False,
+    values: Values | None = None, argument: bool = False, hidden: bool = False, metavar: str = "",
+) -> dict[str, Any]:  # fmt: skip
+    """The metadata of a field that a face sets: its ``help``; ``name``: a train option's name
+    when not the field's (``layers``); ``flags``: the command line's spellings (default
+    ``--name-with-dashes``; ``--x/--no-x`` for a setting on by default); ``path``: a file or
+    folder; ``values``: those it may hold (``check_values``, and each face's parser);
+    ``argument``: the command line's positional argument (``hidden``: an old spelling, shown
+    as ``metavar``)."""
+    return {"option": name, "help": help, "flags": flags, "path": path, "values": values,
+            "argument": argument, "hidden": hidden, "metavar": metavar}  # fmt: skip
 
 
 def values(allowed: Values) -> dict[str, Values]:
@@ -82,12 +100,42 @@ def values(allowed: Values) -> dict[str, Values]:
     return {"values": allowed}
 
 
+def values_of(config: type, name: str) -> Values:
+    """The values that ``config``'s field ``name`` declares: an option that sets it takes them."""
+    return next(f.metadata["values"] for f in dataclasses.fields(config) if f.name == name)
+
+
+KINDS = {bool: "True or False", int: "a whole number", float: "a number"}
+
+
+def kind_of(hint: Any) -> type | None:
+    """The scalar type of a field's type hint (``int | None``: ``int``), or None."""
+    return next((k for k in KINDS if k is hint or k in get_args(hint)), None)
+
+
+def refused_kind(kind: type | None, value: Any) -> str | None:
+    """The rule ``value`` breaks as a setting of ``kind`` (``True`` is no beam, ``"5"`` no
+    number), or None."""
+    if kind is None or (isinstance(value, kind) and (kind is bool or not isinstance(value, bool))):
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return f"must be {KINDS[kind]}"
+
+
 def check_values(config: Any) -> None:
-    """A ``SettingError`` for the first field of ``config`` (a dataclass) whose value is not
-    one of the ``values`` its metadata declares; ``None`` is no value (an optional setting)."""
+    """A ``SettingError`` for the first field of ``config`` (a dataclass) whose value is not of
+    its type or not one of the ``values`` its metadata declares; ``None`` is no value (an
+    optional setting)."""
+    hints = get_type_hints(type(config))
     for f in dataclasses.fields(config):
         allowed, value = f.metadata.get("values"), getattr(config, f.name)
-        if allowed is not None and value is not None and (rule := allowed.refuses(value)):
+        if value is None:
+            continue
+        rule = refused_kind(kind_of(hints[f.name]), value)
+        if rule is None and allowed is not None:
+            rule = allowed.refuses(value)
+        if rule is not None:
             raise SettingError(f.name, value, rule)
 
 

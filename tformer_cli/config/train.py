@@ -26,6 +26,8 @@ SCHEDULES = ("off", "linear", "exp", "inverse-sigmoid")  # scheduled sampling
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("fp32", "bf16", "auto")
 AT_LEAST_1, AT_LEAST_0 = Range(1), Range(0)
+# the constant k of each schedule: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k))
+SS_K = {"linear": AT_LEAST_0, "exp": Range(0, 1, low_open=True), "inverse-sigmoid": AT_LEAST_1}
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,10 @@ class TrainConfig:
             raise SettingError("average", 1, "must be 0 (off) or at least 2 checkpoints")
         if self.decay in ("linear", "cosine") and not (self.max_minutes or self.max_steps):
             raise SettingError("decay", self.decay, "needs {max_minutes} or {max_steps}")
+        domain = SS_K.get(self.scheduled_sampling)
+        if self.ss_k is not None and domain and (rule := domain.refuses(self.ss_k)):
+            schedule = self.scheduled_sampling
+            raise SettingError("ss_k", self.ss_k, f"{rule} for {{scheduled_sampling}} {schedule}")
 
     @property
     def budget_decay(self) -> str | None:

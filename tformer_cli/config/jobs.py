@@ -1,0 +1,160 @@
+"""The settings a user gives the other jobs, each declared once on its field (help, spellings,
+values) for every face: an evaluation (``EvalOptions``: ``tformer eval``, ``compare``,
+``Run.evaluate``), the attention maps of a sentence (``AttentionOptions``) and the server
+(``ServeOptions``, its per-request ``Limits``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tformer_cli.config.decode import MAX_BEAM, DecodeConfig, DecodeOptions
+from tformer_cli.config.fields import OneOf, Pattern, Range, check_values, option, values_of
+
+SPLITS = ("train", "valid", "test", "all")
+
+
+@dataclass(frozen=True)
+class EvalOptions(DecodeOptions):
+    """What an evaluation reads and how it searches: the data (default: the run's own; or every
+    pair of two plain files, in order), the split and its first ``limit`` pairs, and the beam
+    pass's search (greedy always runs too; its n-best is one hypothesis)."""
+
+    seed: int = field(
+        default=1234,
+        metadata=option(
+            "Seed of the prefix-noise draws and of the samples.",
+            values=values_of(DecodeConfig, "seed"),
+        ),
+    )
+    data: str | None = field(
+        default=None,
+        metadata=option("Corpus (as for train). Default: the data the run was trained on."),
+    )
+    src: str | None = field(default=None, metadata=option("Source language. Default: the run's."))
+    tgt: str | None = field(default=None, metadata=option("Target language. Default: the run's."))
+    src_file: Path | None = field(
+        default=None,
+        metadata=option(
+            "Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair of the"
+            " two files, in order, instead of --data.",
+            path=True,
+        ),
+    )
+    tgt_file: Path | None = field(
+        default=None,
+        metadata=option("Plain target file, line by line with --src-file.", path=True),
+    )
+    split: str = field(
+        default="test",
+        metadata=option(
+            "train, valid, test, or all: every pair of --data, in order.", values=OneOf(SPLITS)
+        ),
+    )
+    limit: int | None = field(
+        default=None,
+        metadata=option("Evaluate only the first N sentence pairs.", values=Range(1)),
+    )
+
+    def data_fields(self) -> dict[str, Any]:
+        """The data and split as ``EvalRequest`` names them."""
+        return {
+            "data": self.data, "src_lang": self.src, "tgt_lang": self.tgt,
+            "src_file": self.src_file, "tgt_file": self.tgt_file, "split": self.split,
+            "limit": self.limit,
+        }  # fmt: skip
+
+
+def numbered(*words: str) -> Pattern:
+    """The values of ``layer``/``head``: a number from 1 or one of ``words`` (a number past the
+    model's layers or heads is for the run to say)."""
+    either = f"must be a number from 1, {' or '.join(words)}"
+    return Pattern(rf"[1-9][0-9]*|{'|'.join(words)}", either)
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """What `tformer inspect-attention` shows of a sentence: the panels (``kind``; ``layer``
+    and ``head``) of the translation that ``beam`` finds, and for a run trained on toy each
+    head's alignment accuracy on ``align_sentences`` toy test sentences (``align``)."""
+
+    kind: str = field(
+        default="cross",
+        metadata=option(
+            "cross (target -> source), encoder or decoder self-attention.",
+            values=OneOf(("cross", "encoder", "decoder")),
+        ),
+    )
+    layer: str = field(
+        default="last",
+        metadata=option("Layer number (from 1), last or all.", values=numbered("last", "all")),
+    )
+    head: str = field(
+        default="all",
+        metadata=option("Head number (from 1), mean or all.", values=numbered("mean", "all")),
+    )
+    beam: int = field(
+        default=1,
+        metadata=option(
+            "Beam size (1 = greedy); the best is shown.",
+            flags=("--beam", "-k"),
+            values=Range(1, MAX_BEAM),
+        ),
+    )
+    align: bool = field(
+        default=True,
+        metadata=option("Score cross-attention heads against the toy gold alignments."),
+    )
+    align_sentences: int = field(
+        default=200,
+        metadata=option("Toy test sentences for the alignment accuracy.", values=Range(1)),
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request to the server may ask for; past them it gets a 4xx answer (503 past
+    ``timeout``)."""
+
+    max_chars: int = field(default=1000, metadata=option("Characters per text.", values=Range(1)))
+    max_texts: int = field(default=64, metadata=option("Texts per request.", values=Range(1)))
+    max_body: int = field(
+        default=1 << 20, metadata=option("Bytes per request body.", values=Range(1))
+    )
+    max_beam: int = field(  # beam and nbest range from 1
+        default=16,
+        metadata=option("Largest beam (and n-best).", values=Range(1, MAX_BEAM)),
+    )
+    timeout: float = field(  # from arrival to answer
+        default=30.0,
+        metadata=option("Seconds a request may wait and run (then 503).", values=Range(0.001)),
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+
+@dataclass(frozen=True)
+class ServeOptions(Limits):
+    """``tformer serve``: where it listens, how requests are gathered into a decoding batch
+    (``max_tokens`` source tokens, waiting ``wait_ms``), and the ``Limits`` of one request."""
+
+    host: str = field(default="127.0.0.1", metadata=option("Address to listen on (0.0.0.0: all)."))
+    port: int = field(default=8000, metadata=option("Port to listen on.", values=Range(1, 65535)))
+    max_tokens: int = field(
+        default=4096,
+        metadata=option("Source tokens gathered into one decoding batch.", values=Range(1)),
+    )
+    wait_ms: float = field(
+        default=5.0,
+        metadata=option("How long a batch waits for more requests (ms).", values=Range(0)),
+    )
+
+    @property
+    def limits(self) -> Limits:
+        """The per-request limits alone."""
+        return Limits(self.max_chars, self.max_texts, self.max_body, self.max_beam, self.timeout)
