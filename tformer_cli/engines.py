@@ -8,14 +8,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from tformer_cli.config.decode import ENGINES
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
     from tformer_cli.checkpoint import LoadedRun
     from tformer_cli.config import DecodeConfig
     from tformer_cli.decode.translate import SourcesEngine
-
-ENGINES = ("torch", "ctranslate2")
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from tformer_cli.api.display import Attention, Curves, Evaluated, Hyp, Score, TraceView, Translated
 from tformer_cli.checkpoint import LoadedRun, RunConfig, load_runs
 from tformer_cli.config import (
+    NOT_EVALUATED,
     AttentionOptions,
     DecodeOptions,
     EvalOptions,
@@ -43,7 +44,6 @@ from tformer_cli.report.request import EvalRequest
 from tformer_cli.report.runs import read_log
 
 PathLike = str | Path
-NOT_EVALUATED = ("nbest",)  # an evaluation scores the best hypothesis
 # the panels inspect-attention draws; Run.attention returns every map (Attention.weights)
 SELECTION = ("layer", "head")
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tformer_cli.api.run import (
-    NOT_EVALUATED,
     PathLike,
     Run,
     as_path,
@@ -27,6 +26,7 @@ from tformer_cli.api.run import (
     threads_kept,
 )
 from tformer_cli.config import (
+    NOT_EVALUATED,
     TRAIN_OPTIONS,
     EvalOptions,
     ModelConfig,

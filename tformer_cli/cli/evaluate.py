@@ -13,14 +13,12 @@ from rich.console import Console
 from tformer_cli.cli.app import check_engine, destination, err, out, positional, wrote
 from tformer_cli.cli.decode import min_len_note
 from tformer_cli.cli.options import command, legacy_run, shared
-from tformer_cli.config import EvalOptions, OneOf, option
+from tformer_cli.config import NOT_EVALUATED, EvalOptions, OneOf, option
 
 if TYPE_CHECKING:
     from tformer_cli.report.request import EvalRequest
 
 X_AXIS = OneOf(("updates", "time"))  # of the curves (show, compare --save)
-# The search's settings that an evaluation has not: it scores the best hypothesis.
-NOT_EVALUATED = ("nbest",)
 
 
 # ---------------------------------------------------------------------------- eval

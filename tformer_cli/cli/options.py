@@ -16,8 +16,8 @@ import typer
 
 from tformer_cli.cli.app import Command, app, friendly_errors, from_options
 from tformer_cli.config import DEVICES, MODES, PRECISIONS, OneOf, Range, Values, option
+from tformer_cli.config.decode import ENGINES
 from tformer_cli.config.fields import kind_of
-from tformer_cli.engines import ENGINES
 
 S = TypeVar("S")
 

@@ -14,7 +14,13 @@ from tformer_cli.config.decode import (
     TraceOptions,
 )
 from tformer_cli.config.fields import MODES, OneOf, Pattern, Range, Values, from_dict, option
-from tformer_cli.config.jobs import AttentionOptions, EvalOptions, Limits, ServeOptions
+from tformer_cli.config.jobs import (
+    NOT_EVALUATED,
+    AttentionOptions,
+    EvalOptions,
+    Limits,
+    ServeOptions,
+)
 from tformer_cli.config.model import ACTIVATIONS, Activation, ModelConfig, Norm, Positional
 from tformer_cli.config.train import (
     DECAYS,
@@ -41,6 +47,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_VOCAB",
     "MODES",
+    "NOT_EVALUATED",
     "PRECISIONS",
     "RECIPES",
     "TOKENIZERS",

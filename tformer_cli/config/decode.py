@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from tformer_cli.config.fields import OneOf, Range, check_values, option, values, values_of
 from tformer_cli.errors import SettingError
 
+ENGINES = ("torch", "ctranslate2")  # what decodes (--engine): tformer's search, or CTranslate2
 MAX_SEED = 2**63 - 1  # a signed 64-bit integer, as torch.manual_seed takes it everywhere
 # Upper bounds of settings that size memory: past them, a one-line error rather than torch's
 # overflow or allocation traceback.

@@ -105,12 +105,12 @@ def values_of(config: type, name: str) -> Values:
     return next(f.metadata["values"] for f in dataclasses.fields(config) if f.name == name)
 
 
-KINDS = {bool: "True or False", int: "a whole number", float: "a number"}
+TYPE_NAMES = {bool: "True or False", int: "a whole number", float: "a number"}
 
 
 def kind_of(hint: Any) -> type | None:
     """The scalar type of a field's type hint (``int | None``: ``int``), or None."""
-    return next((k for k in KINDS if k is hint or k in get_args(hint)), None)
+    return next((k for k in TYPE_NAMES if k is hint or k in get_args(hint)), None)
 
 
 def refused_kind(kind: type | None, value: Any) -> str | None:
@@ -120,7 +120,7 @@ def refused_kind(kind: type | None, value: Any) -> str | None:
         return None
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return None
-    return f"must be {KINDS[kind]}"
+    return f"must be {TYPE_NAMES[kind]}"
 
 
 def check_values(config: Any) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 from tformer_cli.config.decode import MAX_BEAM, DecodeConfig, DecodeOptions
 from tformer_cli.config.fields import OneOf, Pattern, Range, check_values, option, values_of
 
-SPLITS = ("train", "valid", "test", "all")
+EVAL_SPLITS = ("train", "valid", "test", "all")  # a corpus's splits, or every pair of it
+# The search's settings that an evaluation has not: it scores the best hypothesis.
+NOT_EVALUATED = ("nbest",)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class EvalOptions(DecodeOptions):
     split: str = field(
         default="test",
         metadata=option(
-            "train, valid, test, or all: every pair of --data, in order.", values=OneOf(SPLITS)
+            "train, valid, test, or all: every pair of --data, in order.", values=OneOf(EVAL_SPLITS)
         ),
     )
     limit: int | None = field(

@@ -37,7 +37,6 @@ class Batching:
 
 
 BATCHING = Batching()
-ENGINES = ("torch", "ctranslate2")  # what decodes (--engine): tformer's search, or CTranslate2
 
 
 @dataclass(frozen=True)

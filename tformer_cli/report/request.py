@@ -11,8 +11,8 @@ import torch
 
 from tformer_cli.checkpoint import RunConfig
 from tformer_cli.config import TrainConfig
+from tformer_cli.config.decode import ENGINES
 from tformer_cli.data.corpus import FILES, PARALLEL_FILES, SPLITS, absolute_data
-from tformer_cli.decode.translate import ENGINES
 from tformer_cli.device import resolve_device, resolve_precision
 from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256

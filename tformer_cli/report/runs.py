@@ -328,7 +328,7 @@ def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
     except TformerError as e:  # while running: before its config.json is written
         return running_or_broken(str(e), "setting up")
     if details:
-        info.update(settings(config))
+        info.update(row_settings(config))
     try:
         records = read_log(run_dir)
     except TformerError as e:
@@ -342,7 +342,7 @@ def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
     return RunInfo(**info, **stopped_state(run_dir, end, config.imported_from))
 
 
-def settings(config: RunConfig) -> dict[str, Any]:
+def row_settings(config: RunConfig) -> dict[str, Any]:
     """The row's fields from ``config.json``."""
     m, t = config.model, config.train
     try:
