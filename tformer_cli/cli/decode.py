@@ -90,14 +90,7 @@ class Translate(DecodeOptions):
     compile: str = shared("compile")
     engine: str = shared("engine")
     threads: int = shared("threads")
-    use: Path | None = field(
-        default=None,
-        metadata=option(
-            "Translate with your own functions: a tformer learn exercises file (or its"
-            " folder); each exercise it passes replaces tformer's, on the eager step (--compile"
-            " off)."
-        ),
-    )
+    use: Path | None = shared("use")
     quiet: bool = shared("quiet")
 
     def __post_init__(self) -> None:
@@ -133,7 +126,7 @@ def translate(v: Translate) -> None:
         err.print(note, markup=False, highlight=False)
     from tformer_cli.learn.use import swapped
 
-    with swapped(use, [r.model for r in translator.runs]):
+    with swapped(use):
         run_translator(translator, v, inputs)
 
 
@@ -309,6 +302,7 @@ class InspectAttention(AttentionOptions):
     output: Path | None = shared("output")
     device: str = shared("device")
     precision: str | None = shared("precision")
+    use: Path | None = shared("use")
     quiet: bool = shared("quiet", "No log lines.")
 
 
@@ -321,21 +315,25 @@ def inspect_attention(v: InspectAttention) -> None:
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
     from tformer_cli.api.run import own_precision
+    from tformer_cli.learn.use import swapped
     from tformer_cli.report.attention.view import AttentionRequest, inspect_attention
 
     asked = {f.name: getattr(v, f.name) for f in dataclasses.fields(AttentionOptions)}
     precision = v.precision or own_precision(v.model)
-    request = AttentionRequest(**asked, device=v.device, precision=precision)
+    use = learner(v.use, "torch", v.quiet)
+    compile = "auto" if use is None else "off"
+    request = AttentionRequest(**asked, device=v.device, precision=precision, compile=compile)
 
     log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
     if not v.json_out or v.save is not None:  # the maps drawn (with --json, to nowhere)
-        with destination(None if v.json_out else v.output, v.quiet) as console:
+        with destination(None if v.json_out else v.output, v.quiet) as console, swapped(use):
             text = Console(file=io.StringIO()) if v.json_out else console
             inspect_attention(v.text, v.model, request, text, log, save=v.save)
     if v.json_out:  # every weight, as the library returns it
         from tformer_cli.api.run import load
 
         run = load(v.model, device=v.device, precision=precision, compile="off")
+        run.use = use  # checked once, above
         chosen = {name: value for name, value in asked.items() if name not in ("layer", "head")}
         with destination(v.output, v.quiet) as console:
             console.print(run.attention(v.text, **chosen).to_json(), markup=False, end="")
