@@ -77,6 +77,10 @@ EAGER_NOTE = (
     "--use: the eager step with the explicit attention (--compile off, no fused kernel),"
     " which calls your functions"
 )
+TRAINING_NOTE = (
+    "--use: the eager training step (--compile off, the loss's fused gradient off), which calls"
+    " your label_smoothed_loss and mix_inputs"
+)
 
 
 def prepare(learner: Path | dict[str, Any], acting: tuple[str, ...] = ACTING) -> Use:
