@@ -32,7 +32,7 @@ from tformer_cli.model.layers import Embeddings, FeedForward, Residual
 from tformer_cli.training import loss as loss_module
 from tformer_cli.training import scheduled_sampling, trainer
 
-# The module-level names the model calls, by exercise: (module, name).
+# The module-level names that the model and the training step call, by exercise: (module, name).
 CALLED: dict[str, tuple[Any, str]] = {
     "attention": (attention_module, "attention"),
     "causal_mask": (attention_module, "causal_mask"),
