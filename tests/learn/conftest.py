@@ -17,6 +17,15 @@ def solutions_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return solutions(tmp_path_factory.mktemp("learn"))
 
 
+@pytest.fixture(scope="session")
+def no_scale_file(solutions_file: Path) -> Path:
+    """The solutions with the no-scale mistake in ``attention`` (no 1/sqrt(d_k))."""
+    mistaken = solutions_file.parent / "no_scale.py"
+    source = solutions_file.read_text(encoding="utf-8")
+    mistaken.write_text(source.replace("/ math.sqrt(q.size(-1))", ""), encoding="utf-8")
+    return mistaken
+
+
 @pytest.fixture
 def learner(solutions_file: Path) -> dict[str, Any]:
     """A learner's module that has written every exercise as tformer does (a fresh copy of

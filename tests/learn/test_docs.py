@@ -4,6 +4,7 @@ Python blocks run as shown."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 
@@ -60,12 +61,14 @@ if __name__ == "__main__":  # rewrite the page's tables
     sys.exit(0)
 
 
-def test_the_page_names_the_exercises_that_act_in_translation():
-    from tformer_cli.learn.use import ACTING
+def test_the_page_names_the_exercises_that_act_in_translation_and_in_training():
+    from tformer_cli.learn.use import ACTING, TRAINED
 
     text = PAGE.read_text(encoding="utf-8")
-    acting = text[text.index("Acting in translation:") : text.index("Acting in checking only:")]
-    checking = text[text.index("Acting in checking only:") : text.index(HEADING)]
+    marks = ["Acting in translation:", "Acting in training:", "Acting in checking only:", HEADING]
+    at = [text.index(mark) for mark in marks]
+    acting, training, checking = (text[a:b] for a, b in itertools.pairwise(at))
     named = lambda part: [e.name for e in EXERCISES if f"`{e.name}`" in part]  # noqa: E731
     assert named(acting) == list(ACTING)
-    assert named(checking) == [e.name for e in EXERCISES if e.name not in ACTING]
+    assert named(training) == list(TRAINED)
+    assert named(checking) == [e.name for e in EXERCISES if e.name not in (*ACTING, *TRAINED)]

@@ -144,7 +144,7 @@ class Run:
 
     def _swapped(self) -> contextlib.AbstractContextManager[None]:
         """The learner's functions (``use``) in the models for a block; nothing without."""
-        return swapped(self.use, [r.model for r in self.loaded])
+        return swapped(self.use)
 
     @property
     def path(self) -> Path:
@@ -287,7 +287,7 @@ class Run:
             targets = [self.tokenizer.token_to_id(p) for p in best.tokens]  # </s> included
         else:
             targets = [*encode(self.tgt_tokenizer, as_texts(target, "target"))[0], EOS_ID]
-        with inference(lead.device, lead.dtype):
+        with inference(lead.device, lead.dtype), self._swapped():
             maps = inspect_pair(lead.model, self.tokenizer, text, src_ids, targets)
         chosen = {f.name: getattr(asked, f.name) for f in dataclasses.fields(asked)}
         score, note = alignment(lead, AttentionRequest(**chosen))
@@ -299,16 +299,18 @@ class Run:
         hyp_path: PathLike | None = None, quiet: bool = True, **options: Any,
     ) -> Evaluated:  # fmt: skip
         """``tformer eval`` of the (first) run (``EvalOptions``): BLEU/chrF, teacher-forced
-        metrics and the exposure-bias report. Nothing is written unless asked: ``save`` keeps
-        the result in the run folder (as the command does), ``json_path``/``hyp_path`` write
-        those files."""
+        metrics and the exposure-bias report, with the learner's functions of ``load(use=...)``.
+        Nothing is written unless asked: ``save`` keeps the result in the run folder (as the
+        command does; not with ``use``), ``json_path``/``hyp_path`` write those files."""
         asked = settings(EvalOptions, options, skip=NOT_EVALUATED)
+        if save and self.use is not None:
+            raise TformerError("save: a result with your functions is not the run's to keep")
         lead = self.loaded[0]
         request = eval_request(
             asked, self._alpha(asked), device=str(lead.device), precision=precision_of(lead),
             threads=threads, compile=lead.compile,
         )  # fmt: skip
-        with threads_kept():
+        with threads_kept(), self._swapped():
             done = evaluate_run(
                 lead.run_dir, request, keep=save, json_path=as_path(json_path, "json_path"),
                 hyp_path=as_path(hyp_path, "hyp_path"), quiet=quiet,

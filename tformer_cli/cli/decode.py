@@ -90,14 +90,7 @@ class Translate(DecodeOptions):
     compile: str = shared("compile")
     engine: str = shared("engine")
     threads: int = shared("threads")
-    use: Path | None = field(
-        default=None,
-        metadata=option(
-            "Translate with your own functions: a tformer learn exercises file (or its"
-            " folder); each exercise it passes replaces tformer's, on the eager step (--compile"
-            " off)."
-        ),
-    )
+    use: Path | None = shared("use")
     quiet: bool = shared("quiet")
 
     def __post_init__(self) -> None:
@@ -133,24 +126,25 @@ def translate(v: Translate) -> None:
         err.print(note, markup=False, highlight=False)
     from tformer_cli.learn.use import swapped
 
-    with swapped(use, [r.model for r in translator.runs]):
+    with swapped(use):
         run_translator(translator, v, inputs)
 
 
-def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
-    """``--use``: the learner's file checked, its passing functions ready to swap in (and said
-    so on stderr); None without it."""
+def learner(path: Path | None, engine: str, quiet: bool, *, training: bool = False) -> Use | None:
+    """``--use``: the learner's file checked, its passing functions ready to swap in (those
+    that act in translation; ``training``: in training), and said so on stderr; None without
+    it."""
     if path is None:
         return None
     if engine != "torch":
         raise typer.BadParameter(
             "your functions run in tformer's eager step: use --engine torch", param_hint="--use"
         )
-    from tformer_cli.learn.use import EAGER_NOTE, prepare
+    from tformer_cli.learn.use import ACTING, EAGER_NOTE, TRAINED, TRAINING_NOTE, prepare
 
-    use = prepare(path)
+    use = prepare(path, TRAINED if training else ACTING)
     if not quiet:
-        err.print(EAGER_NOTE, markup=False, highlight=False)
+        err.print(TRAINING_NOTE if training else EAGER_NOTE, markup=False, highlight=False)
         err.print(use.line(), markup=False, highlight=False)
     return use
 
@@ -309,6 +303,7 @@ class InspectAttention(AttentionOptions):
     output: Path | None = shared("output")
     device: str = shared("device")
     precision: str | None = shared("precision")
+    use: Path | None = shared("use")
     quiet: bool = shared("quiet", "No log lines.")
 
 
@@ -321,21 +316,25 @@ def inspect_attention(v: InspectAttention) -> None:
     the head's strongest source word is the gold-aligned one on the toy test split.
     """
     from tformer_cli.api.run import own_precision
+    from tformer_cli.learn.use import swapped
     from tformer_cli.report.attention.view import AttentionRequest, inspect_attention
 
     asked = {f.name: getattr(v, f.name) for f in dataclasses.fields(AttentionOptions)}
     precision = v.precision or own_precision(v.model)
-    request = AttentionRequest(**asked, device=v.device, precision=precision)
+    use = learner(v.use, "torch", v.quiet)
+    compile = "auto" if use is None else "off"
+    request = AttentionRequest(**asked, device=v.device, precision=precision, compile=compile)
 
     log = Console(stderr=True, quiet=v.quiet, soft_wrap=True)
     if not v.json_out or v.save is not None:  # the maps drawn (with --json, to nowhere)
-        with destination(None if v.json_out else v.output, v.quiet) as console:
+        with destination(None if v.json_out else v.output, v.quiet) as console, swapped(use):
             text = Console(file=io.StringIO()) if v.json_out else console
             inspect_attention(v.text, v.model, request, text, log, save=v.save)
     if v.json_out:  # every weight, as the library returns it
         from tformer_cli.api.run import load
 
         run = load(v.model, device=v.device, precision=precision, compile="off")
+        run.use = use  # checked once, above
         chosen = {name: value for name, value in asked.items() if name not in ("layer", "head")}
         with destination(v.output, v.quiet) as console:
             console.print(run.attention(v.text, **chosen).to_json(), markup=False, end="")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from tformer_cli.cli.app import check_engine, destination, err, out, positional, wrote
-from tformer_cli.cli.decode import min_len_note
+from tformer_cli.cli.decode import learner, min_len_note
 from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import NOT_EVALUATED, EvalOptions, OneOf, option
 
@@ -42,6 +42,7 @@ class Evaluate(EvalOptions):
     compile: str = shared("compile")
     engine: str = shared("engine")
     threads: int = shared("threads")
+    use: Path | None = shared("use")
     quiet: bool = shared("quiet")
 
 
@@ -55,18 +56,20 @@ def evaluate(v: Evaluate) -> None:
     (-m A -m B), each run's report, then their ensemble's BLEU and chrF.
     """
     from tformer_cli.api.run import eval_request, run_alpha
+    from tformer_cli.learn.use import swapped
 
     runs = v.model or [None]
+    use = learner(v.use, v.engine, v.quiet)
     asked = eval_request(
         v, run_alpha(v.alpha, runs[0]), device=v.device, precision=v.precision,
-        threads=v.threads, compile=v.compile, engine=v.engine,
+        threads=v.threads, compile=v.compile if use is None else "off", engine=v.engine,
     )  # fmt: skip
     check_engine(v.engine, asked.config.search, len(runs))
     if (note := min_len_note(asked.config.search)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
-    with destination(None if v.json_out else v.output, v.quiet) as console:
+    with destination(None if v.json_out else v.output, v.quiet) as console, swapped(use):
         report = evaluate_runs(
-            runs, asked, console=None if v.json_out else console, log=err,
+            runs, asked, console=None if v.json_out else console, log=err, keep=use is None,
             json_path=v.output if v.json_out else None, hyp_path=v.hypotheses, quiet=v.quiet,
         )  # fmt: skip
     if v.json_out and v.output is None:
@@ -78,11 +81,13 @@ def evaluate(v: Evaluate) -> None:
 
 def evaluate_runs(
     runs: Sequence[Path | None], asked: EvalRequest, *, console: Console | None, log: Console,
-    json_path: Path | None = None, hyp_path: Path | None = None, quiet: bool = False,
+    keep: bool = True, json_path: Path | None = None, hyp_path: Path | None = None,
+    quiet: bool = False,
 ) -> str:  # fmt: skip
-    """``tformer eval`` of each run (``None``: the newest), kept in its folder, each report
-    printed on ``console`` (``None``: not printed); the last run also scores the ensemble of
-    them all and writes ``json_path`` and ``hyp_path``. Returns the last report's JSON."""
+    """``tformer eval`` of each run (``None``: the newest), kept in its folder (``keep``), each
+    report printed on ``console`` (``None``: not printed); the last run also scores the
+    ensemble of them all and writes ``json_path`` and ``hyp_path``. Returns the last report's
+    JSON."""
     from tformer_cli.device import oom_hint
     from tformer_cli.report.eval_run import evaluate_run
     from tformer_cli.report.evaluation import render_report, report_json
@@ -91,7 +96,7 @@ def evaluate_runs(
         last = i == len(runs) - 1
         with oom_hint():
             evaluation = evaluate_run(
-                run, asked, keep=True, json_path=json_path if last else None,
+                run, asked, keep=keep, json_path=json_path if last else None,
                 hyp_path=hyp_path if last else None, ensemble_with=runs[:-1] if last else (),
                 console=log, quiet=quiet,
             )  # fmt: skip

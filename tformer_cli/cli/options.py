@@ -178,6 +178,13 @@ SHARED: dict[str, tuple[Any, dict[str, Any]]] = {
         option("Print every number, with its settings, as JSON instead.", flags=("--json",)),
     ),
     "quiet": (False, option("No progress bar or log lines.", flags=("--quiet", "-q"))),
+    "use": (
+        None,
+        option(
+            "Your own functions: a tformer learn exercises file (or its folder); each exercise"
+            " it passes replaces tformer's, on the eager step (--compile off)."
+        ),
+    ),
 }
 
 

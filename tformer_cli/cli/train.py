@@ -77,6 +77,12 @@ class Own:
         default=None,
         metadata=option("HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."),
     )
+    use: Path | None = shared(
+        "use",
+        "Train with your own loss (label_smoothed_loss) and scheduled-sampling mix"
+        " (mix_inputs): a tformer learn exercises file (or its folder); each it passes replaces"
+        " tformer's, on the eager step (--compile off), in one process.",
+    )
     quiet: bool = shared("quiet")
 
 
@@ -110,22 +116,33 @@ def train(ctx: typer.Context, **values: Any) -> None:
     from tformer_cli.api.training import run_training, train_settings, training_log
 
     v = Own(**{f.name: values[f.name] for f in dataclasses.fields(Own)})
+    if v.use is not None and (v.nproc > 1 or v.nnodes != "1"):
+        raise typer.BadParameter(
+            "your functions run in this process: --nproc 1", param_hint="--use"
+        )
     if v.nproc > 1 or v.nnodes != "1":  # the same command, once per process, under torchrun
         from tformer_cli.training.distributed import launch
 
         if os.environ.get("WORLD_SIZE"):
             raise TformerError("--nproc starts torchrun itself: not under torchrun")
         raise typer.Exit(launch(v.nproc, sys.argv[2:], v.nnodes, v.rdzv_endpoint))
+    from tformer_cli.cli.decode import learner
+    from tformer_cli.learn.use import swapped
+
+    use = learner(v.use, "torch", v.quiet, training=True)
     log = training_log(v.quiet)
     with from_options(ctx):
         model_cfg, train_cfg, run_dir = train_settings(
             given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
             resume=v.resume, name=v.name, runs_dir=v.runs_dir, log=log,
         )  # fmt: skip
-    trained = run_training(
-        run_dir, model_cfg, train_cfg, resume=v.resume is not None, log=log,
-        tensorboard=v.tensorboard, quiet=v.quiet,
-    )  # fmt: skip
+    if use is not None:  # the eager step, which calls the learner's loss
+        train_cfg = dataclasses.replace(train_cfg, compile="off")
+    with swapped(use):
+        trained = run_training(
+            run_dir, model_cfg, train_cfg, resume=v.resume is not None, log=log,
+            tensorboard=v.tensorboard, quiet=v.quiet,
+        )  # fmt: skip
     result = trained.result
     if not trained.main:  # under torchrun rank 0 alone reports
         raise typer.Exit(trained.stopped if result.interrupted else 0)

@@ -156,7 +156,7 @@ class AttentionRequest:
     ``head``, numbers from 1 or ``last``/``all``/``mean``) of the translation that ``beam``
     finds (1: greedy), with, for cross-attention of a run trained on toy, each head's alignment
     accuracy on ``align_sentences`` toy test sentences (``align``); where the run is loaded
-    (``device``, ``precision``)."""
+    (``device``, ``precision``) and how its decode step runs (``compile``)."""
 
     kind: str = "cross"
     layer: str = "last"
@@ -166,6 +166,7 @@ class AttentionRequest:
     align_sentences: int = 200
     device: str = "auto"
     precision: str = "fp32"
+    compile: str = "auto"
 
 
 def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
@@ -223,7 +224,7 @@ def inspect_attention(
     kind = request.kind
     check_kind(kind)
     check_picture(save)
-    run = load_run(choose_run(model_dir), request.device, request.precision)
+    run = load_run(choose_run(model_dir), request.device, request.precision, request.compile)
     n_layers = len(run.model.encoder if kind == "encoder" else run.model.decoder)
     check_selection(kind, request.layer, request.head, n_layers, run.model.cfg.h)
     cfg = DecodeConfig(beam=request.beam, alpha=run.config.train.beam_alpha)  # the run's penalty
