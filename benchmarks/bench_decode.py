@@ -363,7 +363,7 @@ def engine_worker(
 
         def run(sources: list[list[int]], beam: int, length: int) -> list[int]:
             cfg = DecodeConfig(beam=beam, max_len_a=0, max_len_b=length, min_len=length)
-            out = engine.translate_sources(model, tokenizer, sources, cfg)
+            out = engine.translate_on_ct2(model, tokenizer, sources, cfg)
             return [len(t.hypotheses[0].tokens) for _, t in out]
 
         return run
