@@ -249,7 +249,8 @@ def at(point: dict[str, Any]) -> str:
 
 def reach_text(reach: dict[str, Any]) -> str:
     if not reach["reached"]:
-        return f"not reached (best {number(reach['best'])} in {reach['validations']} validations)"
+        n = reach["validations"]
+        return f"not reached (best {number(reach['best'])} in {n} validation{'s' * (n != 1)})"
     before = reach["before"]
     return (
         f"{at(reach)}; resolution {reach['resolution_updates']:,} updates"
@@ -320,6 +321,7 @@ def print_rows(title: str, rows: Rows) -> None:
 def main() -> None:
     args, extra = parse(sys.argv[1:])
     date, here = time.strftime("%Y-%m-%d"), machine()
+    commit = git_commit(Path(tformer_cli.__file__).parent)  # of the code about to train
     print(f"# {machine_name(here)}, torch {here['torch']}, Python {here['python']},"
           f" {time.strftime('%Y-%m-%d %H:%M')}", flush=True)  # fmt: skip
     tformer, run_dir = tformer_command(), args.runs_dir / args.name
@@ -334,7 +336,7 @@ def main() -> None:
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     report = json.loads(report_path.read_text(encoding="utf-8"))
     record = {
-        "date": date, "commit": git_commit(Path(tformer_cli.__file__).parent),
+        "date": date, "commit": commit,
         "machine": here, "command": shlex.join(["python", "benchmarks/multi30k.py", *sys.argv[1:]]),
         "run": str(run_dir), "preset": args.preset, "options": extra,
         "budget_minutes": args.minutes, "wall_s": {"train": train_s, "eval": eval_s},
