@@ -23,8 +23,8 @@ from tformer_cli.cli import app
 PAGE = REPO / "docs" / "cli.md"
 HEADING = "## Options\n"
 ORDER = [
-    "train", "average", "translate", "inspect-attention", "eval", "runs", "show", "compare",
-    "serve", "export", "import", "tokenizer train", "learn start", "learn solutions",
+    "train", "average", "translate", "inspect-attention", "distill", "eval", "runs", "show",
+    "compare", "serve", "export", "import", "tokenizer train", "learn start", "learn solutions",
     "learn check",
 ]  # fmt: skip
 

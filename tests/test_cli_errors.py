@@ -180,15 +180,16 @@ def stubbed(monkeypatch) -> None:
 
 def given_the_rest(command: Any, tested: Any) -> list[str]:
     """Valid values for the command's required parameters besides ``tested``: the argument
-    ``x``, a required option its first choice."""
+    ``x``, a required option its first choice (``x`` where it has none)."""
     args = []
     for param in command.params:
         if not param.required or param is tested:
             continue
         if param.param_type_name == "argument":
             args.append("x")
-        else:
-            args += [param.opts[0], declared(param)[2].allowed.choices[0]]
+        else:  # its first choice, or a name (a required path: distill -o)
+            parser = declared(param)[2]
+            args += [param.opts[0], parser.allowed.choices[0] if parser else "x"]
     return args
 
 

@@ -116,6 +116,16 @@ def test_python_evaluates_with_the_eval_options_fields(function):
     assert keywords(function, EVAL_OWN) == fields(EvalOptions, NOT_EVALUATED)
 
 
+# ---------------------------------------------------------------------------- distill
+def test_distill_s_options_are_the_distill_options_fields():
+    from tformer_cli.cli.decode import Distill
+    from tformer_cli.config import DistillOptions
+
+    required = {"output": dataclasses.MISSING}
+    assert options("distill") == {**fields(Distill), "output": None}
+    assert fields(Distill).items() >= {**fields(DistillOptions), **required}.items()
+
+
 # ---------------------------------------------------------------------------- attention
 SELECTED = {name: "Run.attention returns every map (Attention.weights); a notebook selects"
             for name in ("layer", "head")}  # fmt: skip

@@ -1,4 +1,4 @@
-"""`tformer translate` and `tformer inspect-attention`."""
+"""`tformer translate`, `tformer inspect-attention` and `tformer distill`."""
 
 from __future__ import annotations
 
@@ -16,12 +16,22 @@ from rich.console import Console
 
 from tformer_cli.cli.app import check_engine, destination, err, out, wrote
 from tformer_cli.cli.options import command, shared
-from tformer_cli.config import AttentionOptions, DecodeConfig, DecodeOptions, Range, option
+from tformer_cli.config import (
+    AttentionOptions,
+    DecodeConfig,
+    DecodeOptions,
+    DistillOptions,
+    Range,
+    option,
+)
 from tformer_cli.engines import load_engine
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
+    from datasets import DatasetDict
+
     from tformer_cli.checkpoint import LoadedRun
+    from tformer_cli.decode.distill import Teacher
     from tformer_cli.decode.translate import SourcesEngine
     from tformer_cli.learn.use import Use
 
@@ -338,3 +348,80 @@ def inspect_attention(v: InspectAttention) -> None:
         chosen = {name: value for name, value in asked.items() if name not in ("layer", "head")}
         with destination(v.output, v.quiet) as console:
             console.print(run.attention(v.text, **chosen).to_json(), markup=False, end="")
+
+
+# ---------------------------------------------------------------------------- distill
+@dataclass(frozen=True, kw_only=True)
+class Distill(DistillOptions):
+    """``tformer distill``: what the teacher translates and how (``DistillOptions``), the
+    teacher, the corpus folder written, and where it runs."""
+
+    model: Path | None = shared(
+        "model", "The teacher's run folder. Default: the newest run under runs/."
+    )
+    output: Path = field(
+        metadata=option(
+            "The corpus folder to write (made if missing; resumed where a stopped run left it).",
+            flags=("--output", "-o"),
+        )
+    )
+    device: str = shared("device")
+    precision: str | None = shared("precision_int8")
+    compile: str = shared("compile")
+    engine: str = shared("engine")
+    threads: int = shared("threads")
+    quiet: bool = shared("quiet")
+
+
+@command(Distill)
+def distill(v: Distill) -> None:
+    """Translate a corpus's training split with a teacher: a corpus to train a student on.
+
+    Sequence-level knowledge distillation (Kim & Rush 2016). Writes into -o DIR train.jsonl
+    (the teacher's translations of the training split; --mix: the original pairs too),
+    valid.jsonl and test.jsonl (the originals) and distill.json (the teacher, its weights'
+    SHA-256, the search, engine and precision): `tformer train --data DIR` reads it. Translates
+    --chunk-size pairs at a time, sorted by length into batches as translate does, and writes
+    each chunk whole: run again after a stop, it resumes after the last chunk written.
+    """
+    from tformer_cli.api.run import own_precision
+    from tformer_cli.decode.distill import Teacher, check_output, training_corpus
+    from tformer_cli.decode.translate import Batching
+    from tformer_cli.report.pick import choose_run
+
+    check_output(v.output, v.force)
+    cfg = v.search(0.0 if v.alpha is None else v.alpha)  # without --alpha: the teacher's
+    check_engine(v.engine, cfg)
+    run = choose_run(v.model)
+    precision = v.precision or own_precision(run)
+    translator = open_translator(
+        [run], cfg, alpha=v.alpha, device=v.device, precision=precision, compile=v.compile,
+        use_cache=True, threads=v.threads,
+    ).with_engine(v.engine)  # fmt: skip
+    teacher = Teacher(
+        translator.runs, translator.cfg, Batching(v.max_tokens), v.engine, precision,
+        translator.engine,
+    )  # fmt: skip
+    with training_corpus(translator.runs[0].config.train, v.data, v.src, v.tgt) as (name, corpus):
+        record = run_distill(teacher, corpus, name, v)
+    if not v.quiet:
+        kept = f"{record['distilled']} teacher pairs" + (
+            f" and {record['original']} original ones" if v.mix else ""
+        )
+        err.print(f"{kept}, {record['empty']} empty translations left out", markup=False)
+    wrote(v.output, v.quiet)
+
+
+def run_distill(teacher: Teacher, corpus: DatasetDict, name: str, v: Distill) -> dict[str, Any]:
+    """``decode.distill.distill_corpus`` with a progress bar on stderr; its record."""
+    from tformer_cli.console import make_progress
+    from tformer_cli.decode.distill import distill_corpus
+    from tformer_cli.device import oom_hint
+
+    total = len(corpus["train"]) if v.limit is None else min(v.limit, len(corpus["train"]))
+    with make_progress("distill", err, disable=v.quiet) as progress, oom_hint(v.max_tokens):
+        task = progress.add_task("distill", total=total, info="")
+        return distill_corpus(
+            teacher, corpus, v.output, data=name, chunk_size=v.chunk_size, limit=v.limit,
+            mix=v.mix, force=v.force, on_batch=lambda n: progress.advance(task, n),
+        )  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 # The panel of each option, by its parameter name; the rest stay under "Options".
 PANELS: dict[str, tuple[str, ...]] = {
     "Data": ("data", "src", "tgt", "src_file", "tgt_file", "valid_src_file", "valid_tgt_file",
-             "split", "limit", "vocab_size", "tokenizer", "tokenizer_file"),
+             "split", "limit", "mix", "vocab_size", "tokenizer", "tokenizer_file"),
     "Run": ("model", "preset", "name", "runs_dir", "resume", "init_from"),
     "Model": ("d_model", "heads", "d_ff", "layers", "dropout", "positional", "norm", "tie"),
     "Optimisation": ("max_len", "lr", "warmup", "decay", "label_smoothing", "clip_norm", "accum"),
@@ -27,7 +27,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "wait_ms"),
     "Export": ("to", "quantization"),
     "Output": ("file", "output", "json_out", "scores", "trace", "save", "x", "hypotheses",
-               "tensorboard", "quiet"),
+               "tensorboard", "force", "quiet"),
     "Hardware": ("device", "precision", "compile", "threads", "batch_size", "max_tokens",
                  "chunk_size"),
     "Several processes": ("nproc", "nnodes", "rdzv_endpoint"),
@@ -137,8 +137,8 @@ def place(param: Any) -> int:
 
 # The commands in the order of a run's life, as `tformer -h` and docs/cli.md list them.
 ORDER = (
-    "train", "average", "translate", "inspect-attention", "eval", "runs", "show", "compare",
-    "serve", "export", "import", "tokenizer", "learn",
+    "train", "average", "translate", "inspect-attention", "distill", "eval", "runs", "show",
+    "compare", "serve", "export", "import", "tokenizer", "learn",
 )  # fmt: skip
 
 
@@ -161,6 +161,10 @@ EXAMPLES = {
     "inspect-attention": (
         "tformer inspect-attention -m toy 'the dog sees the cat .'",
         "tformer inspect-attention -m toy 'the cat .' --save maps.html --json -o maps.json",
+    ),
+    "distill": (
+        "tformer distill -m teacher -o distilled && tformer train --data distilled",
+        "tformer distill -m teacher --data data/toy --mix --precision int8 -o distilled",
     ),
     "eval": ("tformer eval -m toy", "tformer eval -m toy --limit 200 --json -o report.json"),
     "runs": ("tformer runs", "tformer runs --json"),

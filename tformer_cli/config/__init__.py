@@ -17,6 +17,7 @@ from tformer_cli.config.fields import MODES, OneOf, Pattern, Range, Values, from
 from tformer_cli.config.jobs import (
     NOT_EVALUATED,
     AttentionOptions,
+    DistillOptions,
     EvalOptions,
     Limits,
     ServeOptions,
@@ -56,6 +57,7 @@ __all__ = [
     "AttentionOptions",
     "DecodeConfig",
     "DecodeOptions",
+    "DistillOptions",
     "EvalOptions",
     "Limits",
     "ModelConfig",

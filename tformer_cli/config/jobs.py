@@ -1,7 +1,8 @@
 """The settings a user gives the other jobs, each declared once on its field (help, spellings,
 values) for every face: an evaluation (``EvalOptions``: ``tformer eval``, ``compare``,
-``Run.evaluate``), the attention maps of a sentence (``AttentionOptions``) and the server
-(``ServeOptions``, its per-request ``Limits``)."""
+``Run.evaluate``), a teacher's translations of a corpus (``DistillOptions``), the attention maps
+of a sentence (``AttentionOptions``) and the server (``ServeOptions``, its per-request
+``Limits``)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,65 @@ class EvalOptions(DecodeOptions):
             "src_file": self.src_file, "tgt_file": self.tgt_file, "split": self.split,
             "limit": self.limit,
         }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    """What ``tformer distill`` translates and how: the training split of ``data`` (default:
+    the teacher's own corpus, with its languages, carved with its seed), its first ``limit``
+    pairs, searched with ``beam`` and ``alpha``, ``chunk_size`` pairs at a time (each written
+    whole: a run that stops resumes from the last), ``mix``: the original pairs kept too."""
+
+    data: str | None = field(
+        default=None,
+        metadata=option("Corpus (as for train). Default: the data the teacher was trained on."),
+    )
+    src: str | None = field(default=None, metadata=option("Source language. Default: the run's."))
+    tgt: str | None = field(default=None, metadata=option("Target language. Default: the run's."))
+    beam: int = field(
+        default=5,
+        metadata=option(
+            "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
+        ),
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=option(
+            "GNMT length penalty, as for translate. Default: the teacher's --beam-alpha.",
+            values=values_of(DecodeConfig, "alpha"),
+        ),
+    )
+    mix: bool = field(
+        default=False,
+        metadata=option("Keep the original training pairs too, after the teacher's."),
+    )
+    limit: int | None = field(
+        default=None,
+        metadata=option("Distill only the first N training pairs.", values=Range(1)),
+    )
+    chunk_size: int = field(
+        default=2000,
+        metadata=option(
+            "Pairs translated (sorted by length into batches) and written at a time: a stopped"
+            " run resumes after the last chunk written.",
+            values=Range(1, 1_000_000),
+        ),
+    )
+    max_tokens: int = field(
+        default=4096, metadata=option("Source tokens per batch.", values=Range(1))
+    )
+    force: bool = field(
+        default=False,
+        metadata=option("Distill again into a folder that holds a finished distillation."),
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+    def search(self, alpha: float) -> DecodeConfig:
+        """The teacher's beam search, with the length penalty ``alpha`` (``self.alpha`` or the
+        teacher's own)."""
+        return DecodeConfig(beam=self.beam, alpha=alpha)
 
 
 def numbered(*words: str) -> Pattern:
