@@ -79,6 +79,26 @@ def test_the_corpus_is_translate_s_output_on_the_training_split(teacher, tiny_co
     assert not (out / distilling.CHUNKS).exists()
 
 
+@pytest.mark.parametrize("where", [["--precision", "int8"], ["--engine", "ctranslate2"]])
+def test_int8_and_ctranslate2_teachers_translate_as_translate_does(
+    where, teacher, tiny_corpus, tmp_path
+):
+    if where[1] == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    out = tmp_path / where[1]
+    assert (
+        distill("-m", teacher, "--data", tiny_corpus, "-k", "2", *where, "-o", out).exit_code == 0
+    )
+    train = pairs(out)["train"]
+    sources = [src for src, _ in train]
+    translated = runner.invoke(
+        app, ["translate", "-m", str(teacher), *CPU, "-k", "2", *where, *sources]
+    )
+    assert [tgt for _, tgt in train] == translated.stdout.splitlines()
+    record = json.loads((out / "distill.json").read_text(encoding="utf-8"))
+    assert record[where[0].removeprefix("--")] == where[1]
+
+
 def test_mix_keeps_the_originals_and_limit_takes_the_first_pairs(teacher, tiny_corpus, tmp_path):
     out = tmp_path / "mixed"
     result = distill(
