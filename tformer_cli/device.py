@@ -151,20 +151,15 @@ def reuse_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # and keep up to 1 GiB of free heap
 
 
-KERNEL_CACHE = 16384  # compiled oneDNN kernels kept; oneDNN's default is 1,024
-
-
-def cache_compiled_kernels() -> None:
-    """Let oneDNN keep ``KERNEL_CACHE`` compiled kernels instead of 1,024, unless
-    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set.
-
-    oneDNN (which runs bf16 matmuls on CPU) JIT-compiles kernels for each matrix shape and
-    keeps the last 1,024. A Multi30k training batch needs 24 (forward and backward), an epoch
-    has ~40 batch shapes and an hour ~270 (~6,600 kernels), so the default evicted kernels that
-    later batches needed again and compiled anew. oneDNN reads the setting at its first use, so
-    call this before any matmul.
-    """
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(KERNEL_CACHE))
+def release_freed_memory() -> None:
+    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``), keeping
+    the blocks: after the data is read and after each validation, whose transient buffers
+    ``reuse_freed_memory`` would otherwise keep resident. A no-op off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
 
 
 _process_wide = False  # set by setup(): the process asked for tformer's process-wide settings
@@ -173,8 +168,10 @@ _process_wide = False  # set by setup(): the process asked for tformer's process
 def setup() -> None:
     """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
     (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
-    (``reuse_freed_memory``), oneDNN's kernel cache (``cache_compiled_kernels``), TF32 matmuls
-    on GPUs that have TF32 units, and Inductor's on-disk cache folder (``keep_inductor_cache``).
+    (``reuse_freed_memory``), TF32 matmuls on GPUs that have TF32 units, and Inductor's on-disk
+    cache folder (``keep_inductor_cache``). oneDNN's cache of compiled kernels keeps its
+    default size (1,024 matmul shapes): a larger one grew by GBs over a long run, whose batch
+    shapes vary (docs/training.md, "Memory").
 
     The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
     evaluating changes none of these until it has been called (their ``setup_threads`` calls do
@@ -189,9 +186,9 @@ def setup() -> None:
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
     with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
-    Also ``reuse_freed_memory()``, ``cache_compiled_kernels()``, and TF32 matmuls on GPUs
-    that have TF32 units (Ampere+). Nothing unless ``setup()`` was called: a process that
-    imports tformer as a library keeps its own settings."""
+    Also ``reuse_freed_memory()`` and TF32 matmuls on GPUs that have TF32 units (Ampere+).
+    Nothing unless ``setup()`` was called: a process that imports tformer as a library keeps
+    its own settings."""
     if not _process_wide:
         return
     cores = len(allowed_cpus())
@@ -200,7 +197,6 @@ def setup_threads() -> None:
         raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
     torch.set_num_threads(max(1, int(wanted) if wanted else cores))
     reuse_freed_memory()
-    cache_compiled_kernels()
     if torch.cuda.is_available() and cuda_native_bf16():  # no TF32 units before Ampere
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
