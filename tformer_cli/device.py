@@ -151,15 +151,60 @@ def reuse_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # and keep up to 1 GiB of free heap
 
 
-def release_freed_memory() -> None:
-    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``), keeping
-    the blocks: after the data is read and after each validation, whose transient buffers
-    ``reuse_freed_memory`` would otherwise keep resident. A no-op off glibc."""
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33+): the heap's totals, in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+def glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (``malloc_trim`` and ``mallinfo2``), else None."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
-        return
+        return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2") else None
+
+
+PROC_STATUS = "/proc/self/status"
+
+
+def anonymous_memory_mib() -> float | None:
+    """The anonymous part of the resident memory now (Linux's ``RssAnon``: the heap, tensors,
+    caches; not the mapped libraries and data files, which other processes share), in MiB;
+    None where ``/proc`` does not say."""
+    try:
+        with open(PROC_STATUS, encoding="ascii") as f:
+            line = next((x for x in f if x.startswith("RssAnon:")), "")
+    except OSError:
+        return None
+    fields = line.split()
+    return int(fields[1]) / 2**10 if len(fields) == 3 and fields[1].isdigit() else None
+
+
+# Free heap memory (MiB) that ``release_freed_memory`` leaves resident for the next updates.
+KEEP_FREE = 768
+
+
+def release_freed_memory(keep: float = 0.0) -> bool:
+    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``, the blocks
+    stay) where the anonymous memory exceeds what is allocated by more than ``keep`` MiB;
+    whether it did. ``reuse_freed_memory`` keeps freed blocks for the next update, but blocks
+    that varying batch shapes leave unused (and what reading the corpus or decoding a
+    validation left) would stay resident for good. A no-op off glibc and Linux."""
+    libc, anonymous = glibc(), anonymous_memory_mib()
+    if libc is None or anonymous is None:
+        return False
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    if anonymous - (info.uordblks + info.hblkhd) / 2**20 <= keep:
+        return False
     libc.malloc_trim(0)
+    return True
 
 
 _process_wide = False  # set by setup(): the process asked for tformer's process-wide settings

@@ -40,6 +40,7 @@ from tformer_cli.data.split import lengths
 from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.translate import translate_ids
 from tformer_cli.device import (
+    KEEP_FREE,
     autocast,
     precision_name,
     release_freed_memory,
@@ -236,6 +237,7 @@ class TrainerBase:
         s.tgt_tokens += n_tokens
         self.rate.add(n_tokens)
         if s.step % LOG_EVERY == 0:
+            release_freed_memory(keep=KEEP_FREE)  # free heap that batch shapes left unused
             tps = self.rate.take()
             if self.world.size > 1:  # each rank holds its share of the mean
                 dist.all_reduce(loss)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state, torch_save
+from tformer_cli.device import anonymous_memory_mib
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.training.budget import Budget
 
@@ -210,22 +211,6 @@ def peak_memory_mib(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
-
-
-PROC_STATUS = "/proc/self/status"
-
-
-def anonymous_memory_mib() -> float | None:
-    """The anonymous part of the resident memory now (Linux's ``RssAnon``: the heap, tensors,
-    caches; not the mapped libraries and data files, which other processes share), in MiB;
-    None where ``/proc`` does not say."""
-    try:
-        with open(PROC_STATUS, encoding="ascii") as f:
-            line = next((x for x in f if x.startswith("RssAnon:")), "")
-    except OSError:
-        return None
-    fields = line.split()
-    return int(fields[1]) / 2**10 if len(fields) == 3 and fields[1].isdigit() else None
 
 
 class MemoryPeak:
