@@ -306,6 +306,7 @@ class TrainerBase:
         """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
         validation's seconds counted (training time, and validation time for the budget)."""
         start, s = time.perf_counter(), self.state
+        release_freed_memory()  # the updates' free heap: decoding starts from what is allocated
         m = self.validate()
         self._log(m)  # its elapsed: the time of the weights it scored
         self.console.log(
