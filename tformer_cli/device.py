@@ -151,20 +151,60 @@ def reuse_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # and keep up to 1 GiB of free heap
 
 
-KERNEL_CACHE = 16384  # compiled oneDNN kernels kept; oneDNN's default is 1,024
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33+): the heap's totals, in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
 
 
-def cache_compiled_kernels() -> None:
-    """Let oneDNN keep ``KERNEL_CACHE`` compiled kernels instead of 1,024, unless
-    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set.
+def glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (``malloc_trim`` and ``mallinfo2``), else None."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2") else None
 
-    oneDNN (which runs bf16 matmuls on CPU) JIT-compiles kernels for each matrix shape and
-    keeps the last 1,024. A Multi30k training batch needs 24 (forward and backward), an epoch
-    has ~40 batch shapes and an hour ~270 (~6,600 kernels), so the default evicted kernels that
-    later batches needed again and compiled anew. oneDNN reads the setting at its first use, so
-    call this before any matmul.
-    """
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(KERNEL_CACHE))
+
+PROC_STATUS = "/proc/self/status"
+
+
+def anonymous_memory_mib() -> float | None:
+    """The anonymous part of the resident memory now (Linux's ``RssAnon``: the heap, tensors,
+    caches; not the mapped libraries and data files, which other processes share), in MiB;
+    None where ``/proc`` does not say."""
+    try:
+        with open(PROC_STATUS, encoding="ascii") as f:
+            line = next((x for x in f if x.startswith("RssAnon:")), "")
+    except OSError:
+        return None
+    fields = line.split()
+    return int(fields[1]) / 2**10 if len(fields) == 3 and fields[1].isdigit() else None
+
+
+# Free heap memory (MiB) that ``release_freed_memory`` leaves resident for the next updates.
+KEEP_FREE = 768
+
+
+def release_freed_memory(keep: float = 0.0) -> bool:
+    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``, the blocks
+    stay) where the anonymous memory exceeds what is allocated by more than ``keep`` MiB;
+    whether it did. ``reuse_freed_memory`` keeps freed blocks for the next update, but blocks
+    that varying batch shapes leave unused (and what reading the corpus or decoding a
+    validation left) would stay resident for good. A no-op off glibc and Linux."""
+    libc, anonymous = glibc(), anonymous_memory_mib()
+    if libc is None or anonymous is None:
+        return False
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    if anonymous - (info.uordblks + info.hblkhd) / 2**20 <= keep:
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 _process_wide = False  # set by setup(): the process asked for tformer's process-wide settings
@@ -173,8 +213,10 @@ _process_wide = False  # set by setup(): the process asked for tformer's process
 def setup() -> None:
     """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
     (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
-    (``reuse_freed_memory``), oneDNN's kernel cache (``cache_compiled_kernels``), TF32 matmuls
-    on GPUs that have TF32 units, and Inductor's on-disk cache folder (``keep_inductor_cache``).
+    (``reuse_freed_memory``), TF32 matmuls on GPUs that have TF32 units, and Inductor's on-disk
+    cache folder (``keep_inductor_cache``). oneDNN's cache of compiled kernels keeps its
+    default size (1,024 matmul shapes): a larger one grew by GBs over a long run, whose batch
+    shapes vary (docs/training.md, "Memory").
 
     The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
     evaluating changes none of these until it has been called (their ``setup_threads`` calls do
@@ -189,9 +231,9 @@ def setup() -> None:
 def setup_threads() -> None:
     """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
     with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
-    Also ``reuse_freed_memory()``, ``cache_compiled_kernels()``, and TF32 matmuls on GPUs
-    that have TF32 units (Ampere+). Nothing unless ``setup()`` was called: a process that
-    imports tformer as a library keeps its own settings."""
+    Also ``reuse_freed_memory()`` and TF32 matmuls on GPUs that have TF32 units (Ampere+).
+    Nothing unless ``setup()`` was called: a process that imports tformer as a library keeps
+    its own settings."""
     if not _process_wide:
         return
     cores = len(allowed_cpus())
@@ -200,7 +242,6 @@ def setup_threads() -> None:
         raise TformerError(f"TFORMER_THREADS must be a whole number, not {wanted!r}")
     torch.set_num_threads(max(1, int(wanted) if wanted else cores))
     reuse_freed_memory()
-    cache_compiled_kernels()
     if torch.cuda.is_available() and cuda_native_bf16():  # no TF32 units before Ampere
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

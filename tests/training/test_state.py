@@ -1,11 +1,13 @@
 """Tests for tformer_cli.training.state: the progress record last.pt keeps, the micro-batch seeds of
-exact resume, and the kill points of the crash-safety tests (whose SIGKILLs
-tests/training/test_trainer.py and test_distributed.py make real)."""
+exact resume, the kill points of the crash-safety tests (whose SIGKILLs
+tests/training/test_trainer.py and test_distributed.py make real), and the peak memory reported."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from tformer_cli import device
 from tformer_cli.training import state as state_module
 from tformer_cli.training.budget import Budget
 from tformer_cli.training.state import KillPoints, TrainState, micro_seeds
@@ -52,3 +54,21 @@ def test_kill_points_come_from_the_environment(monkeypatch):
     assert KillPoints.from_env().at == "update:9"
     monkeypatch.delenv("TFORMER_TEST_KILL_AT")
     assert KillPoints.from_env().at is None
+
+
+def test_memory_peak_names_its_anonymous_part_where_proc_says(monkeypatch, tmp_path):
+    status = tmp_path / "status"
+    status.write_text("VmRSS:\t  204800 kB\nRssAnon:\t  102400 kB\nRssFile:\t 102400 kB\n")
+    monkeypatch.setattr(device, "PROC_STATUS", str(status))
+    monkeypatch.setattr(state_module, "peak_memory_mib", lambda device: 300.0)
+    peak = state_module.MemoryPeak()
+    peak.note()
+    status.write_text("RssAnon:\t  51200 kB\n")  # lower later: the peak stays
+    text, record = peak.line(torch.device("cpu"))
+    assert text == "peak memory 300 MiB (anonymous 100 MiB)"
+    assert record == {"peak_memory_mib": 300.0, "peak_anonymous_mib": 100.0}
+    monkeypatch.setattr(device, "PROC_STATUS", str(tmp_path / "missing"))  # macOS: no /proc
+    assert state_module.MemoryPeak().line(torch.device("cpu")) == (
+        "peak memory 300 MiB",
+        {"peak_memory_mib": 300.0},
+    )

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,15 @@ def test_training_run_writes_every_file_of_the_run_folder(
     records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "valid_bleu" in r] == [8, 16]
     assert any("test_bleu" in r for r in records)
+    stop = next(r for r in records if "stopped_by" in r)
+    said = trainer.console.file.getvalue()
+    peak = re.search(r"; peak memory ([\d,]+) MiB \(anonymous ([\d,]+) MiB\) *$", said, re.M)
+    assert peak, said
+    assert [int(n.replace(",", "")) for n in peak.groups()] == [
+        round(stop["peak_memory_mib"]),
+        round(stop["peak_anonymous_mib"]),
+    ]
+    assert 0 < stop["peak_anonymous_mib"] < stop["peak_memory_mib"]
     last = load_state(run_dir / "last.pt")
     assert last["state"]["step"] == 16
     model_state = load_state(run_dir / "model.pt")

@@ -39,7 +39,14 @@ from tformer_cli.data.batching import Batch, make_batch, padding_waste, plan_bat
 from tformer_cli.data.split import lengths
 from tformer_cli.data.tokenizer import decode
 from tformer_cli.decode.translate import translate_ids
-from tformer_cli.device import autocast, precision_name, resolve_precision, setup_threads
+from tformer_cli.device import (
+    KEEP_FREE,
+    autocast,
+    precision_name,
+    release_freed_memory,
+    resolve_precision,
+    setup_threads,
+)
 from tformer_cli.errors import TformerError
 from tformer_cli.files import write_error
 from tformer_cli.model import Transformer
@@ -62,13 +69,13 @@ from tformer_cli.training.setup import (
 )
 from tformer_cli.training.state import (
     KillPoints,
+    MemoryPeak,
     TokenRate,
     TrainResult,
     TrainState,
     ended_with_test,
     forget_after,
     load_last,
-    peak_memory_mib,
     save_last,
 )
 
@@ -110,6 +117,7 @@ class TrainerBase:
         self.tokenizer, self.tgt_tokenizer, self.data = load_data(
             run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
         )
+        release_freed_memory()  # what reading the corpus and the tokenizer's training left
         model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.get_vocab_size())
         self.model = Transformer(model_cfg).to(self.device)
         if cfg.init_from is not None and not resume:  # fine-tuning: new optimizer and schedule
@@ -135,6 +143,7 @@ class TrainerBase:
         self.lengths = np.maximum(lengths(train.src), self.tgt_lengths) + 1  # (n,) with </s>
         self.batches: tuple[int, list[np.ndarray]] = (-1, [])  # (epoch, its batches)
         self.rate = TokenRate()
+        self.memory = MemoryPeak()  # noted at each log record
         self.bar: Callable[..., None] = lambda **_: None  # the progress bar's update, in run()
 
     def _take_run(self, model_cfg: ModelConfig, resume: bool) -> None:
@@ -227,6 +236,7 @@ class TrainerBase:
         s.skipped_in_a_row = 0
         s.tgt_tokens += n_tokens
         self.rate.add(n_tokens)
+        release_freed_memory(keep=KEEP_FREE)  # free heap that batch shapes left unused
         if s.step % LOG_EVERY == 0:
             tps = self.rate.take()
             if self.world.size > 1:  # each rank holds its share of the mean
@@ -296,6 +306,7 @@ class TrainerBase:
         """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
         validation's seconds counted (training time, and validation time for the budget)."""
         start, s = time.perf_counter(), self.state
+        release_freed_memory()  # the updates' free heap: decoding starts from what is allocated
         m = self.validate()
         self._log(m)  # its elapsed: the time of the weights it scored
         self.console.log(
@@ -306,6 +317,7 @@ class TrainerBase:
         s.elapsed += spent
         s.budget.valid_seconds += spent
         self._save_last()
+        release_freed_memory()  # decoding's buffers, kept by glibc for reuse, back to the OS
 
     def _keep_average(self) -> None:
         """Average the last ``average`` validation checkpoints and score the mean on the
@@ -338,6 +350,7 @@ class TrainerBase:
         its numbers to TensorBoard with --tensorboard."""
         if not self.world.main:
             return
+        self.memory.note()
         s = self.state
         epoch = s.epoch if s.batch_in_epoch == 0 and s.step else s.epoch + 1  # one just ended?
         line = json.dumps({"step": s.step, "epoch": epoch, "elapsed": s.elapsed, **record})
@@ -431,9 +444,9 @@ class TrainerBase:
             if s.best_step
             else "no validation yet"
         )
-        peak = peak_memory_mib(self.device)
-        self._log({"stopped_by": stopped_by, "peak_memory_mib": peak})
-        self.console.log(f"stopped: {stopped_by}; {best}; peak memory {peak:,.0f} MiB")
+        memory, record = self.memory.line(self.device)
+        self._log({"stopped_by": stopped_by, **record})
+        self.console.log(f"stopped: {stopped_by}; {best}; {memory}")
         if cfg.average and not interrupted:
             self._keep_average()
         test_bleu = None

@@ -1,7 +1,7 @@
 """What a run keeps on disk and between processes: its progress (``TrainState``, saved in
 ``last.pt`` with the weights and the optimizer), the trimming of what a killed run wrote past
 its last save, the signals that stop it cleanly, the kill points of the crash-safety tests, and
-the peak memory its last log record keeps.
+the peak memory (and its anonymous part) its last log record keeps.
 
 Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
 minutes, atomically, so a kill at any moment loses at most the work since the last save, and
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state, torch_save
+from tformer_cli.device import anonymous_memory_mib
 from tformer_cli.files import atomic_write, atomic_write_text
 from tformer_cli.training.budget import Budget
 
@@ -210,6 +211,33 @@ def peak_memory_mib(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class MemoryPeak:
+    """The peak resident memory (``peak_memory_mib``) and the peak of its anonymous part, which
+    the kernel does not keep: the largest ``anonymous_memory_mib`` of the moments ``note`` is
+    called (each log record: after updates, validations)."""
+
+    def __init__(self) -> None:
+        self.anonymous: float | None = None
+
+    def note(self) -> None:
+        now = anonymous_memory_mib()
+        if now is not None:
+            self.anonymous = max(self.anonymous or 0.0, now)
+
+    def line(self, device: torch.device) -> tuple[str, dict[str, float]]:
+        """``peak memory N MiB (anonymous M MiB)`` and the log record's fields."""
+        self.note()
+        peak = peak_memory_mib(device)
+        where = " on the GPU" if device.type == "cuda" else ""
+        record = {"peak_memory_mib": peak}
+        text = f"peak memory {peak:,.0f} MiB{where}"
+        if self.anonymous is not None:
+            record["peak_anonymous_mib"] = self.anonymous
+            host = "host " if device.type == "cuda" else ""
+            text += f" ({host}anonymous {self.anonymous:,.0f} MiB)"
+        return text, record
 
 
 class TokenRate:
