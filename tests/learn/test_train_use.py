@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from tests.learn.test_use import counted
+from tformer_cli.api import training as api_training
 from tformer_cli.cli import app
 from tformer_cli.learn import use as use_module
 from tformer_cli.learn.use import TRAINED, Use
@@ -61,3 +62,33 @@ def test_train_use_trains_with_the_learner_s_loss_and_mix_as_tformer(
 def test_train_use_in_several_processes_is_a_usage_error(solutions_file: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--use", str(solutions_file), "--nproc", "2"])
     assert result.exit_code == 2 and "--use" in result.stderr
+
+
+def test_python_train_use_trains_as_the_command_does(
+    tiny_corpus: Path, solutions_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tformer_cli as tformer
+
+    monkeypatch.setenv("TFORMER_THREADS", "1")
+    command, _ = trained(tiny_corpus, tmp_path, "command", "--use", str(solutions_file))
+    calls: Counter[str] = Counter()
+    prepare = use_module.prepare
+    monkeypatch.setattr(api_training, "prepare", lambda p, a: counted(prepare(p, a), calls))
+    run = tformer.train(
+        str(tiny_corpus), runs_dir=tmp_path, name="python", use=solutions_file, quiet=True,
+        d_model=16, heads=2, d_ff=32, layers=1, vocab_size=60, max_tokens=96, warmup=2,
+        valid_every=3, valid_bleu_size=2, max_steps=3, epochs=0, seed=7, device="cpu",
+        precision="fp32", scheduled_sampling="linear", ss_k=0.2,
+    )  # fmt: skip
+    assert set(calls) == set(TRAINED) and calls["label_smoothed_loss"] >= 3, calls
+    state = torch.load(run.path / "last.pt", map_location="cpu", weights_only=False)
+    for name, weights in command.items():
+        assert torch.equal(state["model"][name], weights), name
+
+
+def test_python_train_use_of_a_missing_file_is_a_tformer_error(tmp_path: Path) -> None:
+    import tformer_cli as tformer
+
+    with pytest.raises(tformer.TformerError, match="no such file"):
+        tformer.train(use=tmp_path / "missing.py", max_steps=1, runs_dir=tmp_path)
+    assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -36,6 +37,7 @@ from tformer_cli.config import (
 )
 from tformer_cli.console import StopOnClosedPipe
 from tformer_cli.errors import SettingError, TformerError
+from tformer_cli.learn.use import TRAINED, TRAINING_NOTE, prepare, swapped
 from tformer_cli.report.compare import Comparison
 from tformer_cli.report.runs import RunInfo, list_runs
 from tformer_cli.training.distributed import LAUNCHED
@@ -106,15 +108,19 @@ def run_training(
 def train(
     data: str | None = None, *, recipe: str | None = None, name: str | None = None,
     runs_dir: PathLike = "runs", resume: PathLike | None = None,
-    init_from: PathLike | None = None, quiet: bool = False, **options: Any,
+    init_from: PathLike | None = None, use: PathLike | dict[str, Any] | None = None,
+    quiet: bool = False, **options: Any,
 ) -> Run:  # fmt: skip
     """Train as ``tformer train`` does and return the run, loaded: a new folder
     ``runs_dir/name`` (default: data + time), or ``resume`` an interrupted one from its
     ``last.pt`` (only its stopping rules and device may change). ``recipe``: toy, multi30k,
     multi30k-15min or a .toml file; ``options``: any train option by its CLI name with ``_``
     (``max_steps=300``, ``d_model=64``, ``layers=2``...); given ones win over the recipe's.
-    Ctrl-C saves ``last.pt`` and returns the run so far (resume it with ``resume=``); stopped
-    before its first validation, the error says how to resume."""
+    ``use``: a ``tformer learn`` exercises file (or its folder, or a notebook's ``globals()``),
+    checked; its passing ``label_smoothed_loss`` and ``mix_inputs`` train the model, on the
+    eager step (``tformer train --use``). Ctrl-C saves ``last.pt`` and returns the run so far
+    (resume it with ``resume=``); stopped before its first validation, the error says how to
+    resume."""
     given = {"data": data, "init_from": init_from, **options}
     given = {
         k: as_path(v, k) if k in PATH_OPTIONS else v for k, v in given.items() if v is not None
@@ -123,6 +129,11 @@ def train(
     if unknown:
         raise TformerError(f"{unknown[0]}: no such train option (see tformer train --help)")
     log = training_log(quiet)
+    learner = None
+    if isinstance(use, dict) or (use := as_path(use, "use")) is not None:
+        learner = prepare(use, TRAINED)
+        if not quiet:
+            log.print(f"{TRAINING_NOTE}\n{learner.line()}", markup=False, highlight=False)
     try:
         model_cfg, train_cfg, run_dir = train_settings(
             given, preset=recipe, resume=as_path(resume, "resume"), name=name,
@@ -130,7 +141,9 @@ def train(
         )  # fmt: skip
     except SettingError as e:  # by the keyword that sets it: layers=0, not n_encoder_layers
         raise TformerError(e.in_python(option_of)) from None
-    with threads_kept():
+    if learner is not None:  # the eager step, which calls the learner's loss
+        train_cfg = dataclasses.replace(train_cfg, compile="off")
+    with threads_kept(), swapped(learner):
         resumed = resume is not None
         trained = run_training(run_dir, model_cfg, train_cfg, resume=resumed, log=log, quiet=quiet)
     result = trained.result
