@@ -8,8 +8,14 @@ the answer before the next. Prints requests/s, sentences/s, p50/p95 latency, err
 decoding batch (requests per batch, from the server's ``/health`` counters) and the speed-up
 over one client: batching works when 16 clients get several times one client's sentences/s.
 
+``--soak MINUTES`` instead runs the largest number of clients for that long, half of them
+greedy and half beam 5, and samples the server process's resident memory (VmRSS and RssAnon
+from ``/proc``) every second: it prints both every 30 s, the 5xx answers, and how much the
+resident set grew over the last 3 minutes (from minute 2 of a 5-minute soak to its end).
+
     python benchmarks/bench_serve.py -m runs/toy                   # 60 s per row
     python benchmarks/bench_serve.py -m runs/toy --seconds 20 --json serve.json
+    python benchmarks/bench_serve.py -m runs/toy --soak 5          # memory under 16 clients
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,10 +94,13 @@ def start_server(run: str, port: int, threads: int, wait_ms: float) -> subproces
 
 
 async def load(
-    url: str, sentences: list[str], beam: int, clients: int, seconds: float
-) -> tuple[list[float], int, float]:
-    """``clients`` tasks, each posting one sentence at a time until ``seconds`` pass: the
-    latencies of the answered requests, the error count, and the wall time until all ended."""
+    url: str, sentences: list[str], beams: list[int], clients: int, seconds: float,
+    failed: list[int] | None = None,
+) -> tuple[list[float], int, float]:  # fmt: skip
+    """``clients`` tasks, each posting one sentence at a time until ``seconds`` pass (client
+    ``i`` with ``beams[i % len(beams)]``): the latencies of the answered requests, the error
+    count, and the wall time until all ended; ``failed`` collects the status of each answer
+    other than 200 (0: no answer)."""
     latencies: list[float] = []
     errors = 0
     counter = iter(range(10**9))
@@ -99,22 +109,26 @@ async def load(
         start = time.perf_counter()
         deadline = start + seconds
 
-        async def client() -> None:
+        async def client(beam: int) -> None:
             nonlocal errors
             while time.perf_counter() < deadline:
                 text = sentences[next(counter) % len(sentences)]
                 sent = time.perf_counter()
+                status = 0
                 try:
                     r = await http.post("/translate", json={"texts": [text], "beam": beam})
-                    ok = r.status_code == 200 and len(r.json()["translations"]) == 1
+                    status = r.status_code
+                    ok = status == 200 and len(r.json()["translations"]) == 1
                 except httpx.HTTPError:
                     ok = False
                 if ok:
                     latencies.append(time.perf_counter() - sent)
                 else:
                     errors += 1
+                    if failed is not None:
+                        failed.append(status)
 
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(beams[i % len(beams)]) for i in range(clients)))
         return latencies, errors, time.perf_counter() - start
 
 
@@ -122,7 +136,7 @@ def measure(
     url: str, data: str, sentences: list[str], beam: int, clients: int, seconds: float
 ) -> Row:
     before = httpx.get(f"{url}health").json()
-    latencies, errors, wall = asyncio.run(load(url, sentences, beam, clients, seconds))
+    latencies, errors, wall = asyncio.run(load(url, sentences, [beam], clients, seconds))
     after = httpx.get(f"{url}health").json()
     batches = max(1, after["batches"] - before["batches"])
     ms = sorted(1000 * x for x in latencies) or [float("nan")]
@@ -139,6 +153,72 @@ def measure(
         errors=errors,
         mean_batch=(after["requests"] - before["requests"]) / batches,
     )
+
+
+def resident_mib(pid: int) -> tuple[float, float]:
+    """The process's VmRSS and RssAnon in MiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["RssAnon"]
+
+
+def soak(url: str, pid: int, sentences: list[str], clients: int, minutes: float) -> dict:
+    """``clients`` clients (half greedy, half beam 5) for ``minutes`` while the server's
+    resident memory is sampled each second; prints a line every 30 s and returns the record."""
+    samples: list[tuple[float, float, float]] = []  # (seconds, VmRSS, RssAnon)
+    failed: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        start = time.monotonic()
+        while not done.is_set():
+            elapsed = time.monotonic() - start
+            samples.append((elapsed, *resident_mib(pid)))
+            if len(samples) % 30 == 1:
+                print(f"{elapsed / 60:5.1f} min  RSS {samples[-1][1]:7,.0f} MiB  anonymous "
+                      f"{samples[-1][2]:7,.0f} MiB  failed {len(failed)}", flush=True)  # fmt: skip
+            done.wait(1.0)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        latencies, errors, wall = asyncio.run(
+            load(url, sentences, [1, 5], clients, 60 * minutes, failed)
+        )
+    finally:
+        done.set()
+        sampler.join()
+    start = next(s for s in samples if s[0] >= max(0.0, 60 * minutes - 180))  # the last 3 min
+    end = samples[-1]
+    record = {
+        "clients": clients,
+        "minutes": minutes,
+        "requests": len(latencies),
+        "requests_per_s": len(latencies) / wall,
+        "errors": errors,
+        "5xx": sum(500 <= f < 600 for f in failed),
+        "rss_mib_at": {f"{s[0] / 60:.1f}": round(s[1]) for s in samples[::30]},
+        "anon_mib_at": {f"{s[0] / 60:.1f}": round(s[2]) for s in samples[::30]},
+        "last_3_min": {
+            "from_min": round(start[0] / 60, 1),
+            "rss_from": start[1],
+            "rss_to": end[1],
+            "growth": end[1] / start[1] - 1,
+            "anon_from": start[2],
+            "anon_to": end[2],
+        },
+        "peak_rss_mib": max(s[1] for s in samples),
+    }
+    last = record["last_3_min"]
+    print(f"{len(latencies):,} requests ({record['requests_per_s']:.1f}/s), {errors} failed, "
+          f"{record['5xx']} 5xx; RSS over the last 3 minutes: {last['rss_from']:,.0f} -> "
+          f"{last['rss_to']:,.0f} MiB ({100 * last['growth']:+.1f}%), anonymous "
+          f"{last['anon_from']:,.0f} -> {last['anon_to']:,.0f} MiB; peak "
+          f"{record['peak_rss_mib']:,.0f} MiB", flush=True)  # fmt: skip
+    return record
 
 
 def table(rows: list[Row]) -> str:
@@ -165,6 +245,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="server torch threads (0: all)")
     parser.add_argument("--wait-ms", type=float, default=5, help="tformer serve --wait-ms")
     parser.add_argument("--json", type=Path, help="write the rows and the machine here")
+    parser.add_argument("--soak", type=float, help="minutes of the memory soak (no table)")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     beams = [int(b) for b in args.beams.split(",")]
@@ -183,6 +264,18 @@ def main() -> None:
     server = start_server(args.model, port, args.threads, args.wait_ms)
     url = f"http://127.0.0.1:{port}/"
     rows: list[Row] = []
+    if args.soak is not None:
+        data, sentences = list(sentence_sets().items())[-1]  # Multi30k where it is there
+        print(f"soak: {max(clients)} clients on {data} for {args.soak:g} min", flush=True)
+        try:
+            record = soak(url, server.pid, sentences, max(clients), args.soak)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        if args.json is not None:
+            text = json.dumps({"machine": machine, "soak": record}, indent=2) + "\n"
+            args.json.write_text(text, encoding="utf-8")
+        return
     try:
         for data, sentences in sentence_sets().items():
             measure(url, data, sentences, 1, 1, 2)  # warm-up

@@ -236,8 +236,8 @@ class TrainerBase:
         s.skipped_in_a_row = 0
         s.tgt_tokens += n_tokens
         self.rate.add(n_tokens)
-        release_freed_memory(keep=KEEP_FREE)  # free heap that batch shapes left unused
         if s.step % LOG_EVERY == 0:
+            release_freed_memory(keep=KEEP_FREE)  # not each update: the next would fault it in
             tps = self.rate.take()
             if self.world.size > 1:  # each rank holds its share of the mean
                 dist.all_reduce(loss)
