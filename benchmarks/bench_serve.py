@@ -8,8 +8,9 @@ the answer before the next. Prints requests/s, sentences/s, p50/p95 latency, err
 decoding batch (requests per batch, from the server's ``/health`` counters) and the speed-up
 over one client: batching works when 16 clients get several times one client's sentences/s.
 
-``--soak MINUTES`` instead runs the largest number of clients for that long, half of them
-greedy and half beam 5, and samples the server process's resident memory (VmRSS and RssAnon
+``--soak MINUTES`` instead runs the largest number of clients for that long, each sending beam
+5 translations with the 3 best, attention maps (2 requests in 10) and bad requests (1 in 10,
+answered 422), and samples the server process's resident memory (VmRSS and RssAnon
 from ``/proc``) every second: it prints both every 30 s, the 5xx answers, and how much the
 resident set grew over the last 3 minutes (from minute 2 of a 5-minute soak to its end).
 
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -93,14 +95,32 @@ def start_server(run: str, port: int, threads: int, wait_ms: float) -> subproces
     raise SystemExit("tformer serve did not answer /health within 120 s")
 
 
+Request = tuple[str, dict, int]  # (path, JSON body, the status that answers it right)
+
+
+def translation(beam: int) -> Callable[[int, str], Request]:
+    """One sentence translated with ``beam``, as every request of a table's row."""
+    return lambda n, text: ("/translate", {"texts": [text], "beam": beam}, 200)
+
+
+def soak_request(n: int, text: str) -> Request:
+    """The soak's mix, request ``n``: one in ten a bad request (beam 0: a 422), two in ten an
+    attention map (beam 5), the rest beam 5 translations with the 3 best."""
+    if n % 10 == 9:
+        return "/translate", {"texts": [text], "beam": 0}, 422
+    if n % 10 in (0, 5):
+        return "/attention", {"text": text, "beam": 5}, 200
+    return "/translate", {"texts": [text], "beam": 5, "nbest": 3}, 200
+
+
 async def load(
-    url: str, sentences: list[str], beams: list[int], clients: int, seconds: float,
-    failed: list[int] | None = None,
+    url: str, sentences: list[str], request: Callable[[int, str], Request], clients: int,
+    seconds: float, failed: list[int] | None = None,
 ) -> tuple[list[float], int, float]:  # fmt: skip
-    """``clients`` tasks, each posting one sentence at a time until ``seconds`` pass (client
-    ``i`` with ``beams[i % len(beams)]``): the latencies of the answered requests, the error
-    count, and the wall time until all ended; ``failed`` collects the status of each answer
-    other than 200 (0: no answer)."""
+    """``clients`` tasks, each posting ``request(n, text)`` for the n-th sentence, one at a
+    time, until ``seconds`` pass: the latencies of the requests answered as expected, the count
+    of the others, and the wall time until all ended; ``failed`` collects the status of each of
+    those (0: no answer)."""
     latencies: list[float] = []
     errors = 0
     counter = iter(range(10**9))
@@ -109,16 +129,17 @@ async def load(
         start = time.perf_counter()
         deadline = start + seconds
 
-        async def client(beam: int) -> None:
+        async def client() -> None:
             nonlocal errors
             while time.perf_counter() < deadline:
-                text = sentences[next(counter) % len(sentences)]
+                n = next(counter)
+                path, body, expected = request(n, sentences[n % len(sentences)])
                 sent = time.perf_counter()
                 status = 0
                 try:
-                    r = await http.post("/translate", json={"texts": [text], "beam": beam})
+                    r = await http.post(path, json=body)
                     status = r.status_code
-                    ok = status == 200 and len(r.json()["translations"]) == 1
+                    ok = status == expected and (status != 200 or bool(r.json()))
                 except httpx.HTTPError:
                     ok = False
                 if ok:
@@ -128,7 +149,7 @@ async def load(
                     if failed is not None:
                         failed.append(status)
 
-        await asyncio.gather(*(client(beams[i % len(beams)]) for i in range(clients)))
+        await asyncio.gather(*(client() for _ in range(clients)))
         return latencies, errors, time.perf_counter() - start
 
 
@@ -136,7 +157,7 @@ def measure(
     url: str, data: str, sentences: list[str], beam: int, clients: int, seconds: float
 ) -> Row:
     before = httpx.get(f"{url}health").json()
-    latencies, errors, wall = asyncio.run(load(url, sentences, [beam], clients, seconds))
+    latencies, errors, wall = asyncio.run(load(url, sentences, translation(beam), clients, seconds))
     after = httpx.get(f"{url}health").json()
     batches = max(1, after["batches"] - before["batches"])
     ms = sorted(1000 * x for x in latencies) or [float("nan")]
@@ -166,7 +187,7 @@ def resident_mib(pid: int) -> tuple[float, float]:
 
 
 def soak(url: str, pid: int, sentences: list[str], clients: int, minutes: float) -> dict:
-    """``clients`` clients (half greedy, half beam 5) for ``minutes`` while the server's
+    """``clients`` clients sending ``soak_request``'s mix for ``minutes`` while the server's
     resident memory is sampled each second; prints a line every 30 s and returns the record."""
     samples: list[tuple[float, float, float]] = []  # (seconds, VmRSS, RssAnon)
     failed: list[int] = []
@@ -186,7 +207,7 @@ def soak(url: str, pid: int, sentences: list[str], clients: int, minutes: float)
     sampler.start()
     try:
         latencies, errors, wall = asyncio.run(
-            load(url, sentences, [1, 5], clients, 60 * minutes, failed)
+            load(url, sentences, soak_request, clients, 60 * minutes, failed)
         )
     finally:
         done.set()
@@ -213,7 +234,8 @@ def soak(url: str, pid: int, sentences: list[str], clients: int, minutes: float)
         "peak_rss_mib": max(s[1] for s in samples),
     }
     last = record["last_3_min"]
-    print(f"{len(latencies):,} requests ({record['requests_per_s']:.1f}/s), {errors} failed, "
+    print(f"{len(latencies):,} requests answered as expected ({record['requests_per_s']:.1f}/s), "
+          f"{errors} not, "
           f"{record['5xx']} 5xx; RSS over the last 3 minutes: {last['rss_from']:,.0f} -> "
           f"{last['rss_to']:,.0f} MiB ({100 * last['growth']:+.1f}%), anonymous "
           f"{last['anon_from']:,.0f} -> {last['anon_to']:,.0f} MiB; peak "
