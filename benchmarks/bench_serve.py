@@ -1,12 +1,13 @@
 """Serving throughput: ``tformer serve`` under 1, 4 and 16 concurrent clients.
 
 Starts ``tformer serve -m RUN`` in a process of its own on a free local port, then for each
-sentence set (the toy test sources; Multi30k test2016 English sources too when
-``../shared/data/multi30k`` exists) and each search (greedy, then beam 5) runs N clients as
-asyncio tasks with ``httpx`` for ``--seconds``: each sends one sentence per request and waits for
-the answer before the next. Prints requests/s, sentences/s, p50/p95 latency, errors, the mean
-decoding batch (requests per batch, from the server's ``/health`` counters) and the speed-up
-over one client: batching works when 16 clients get several times one client's sentences/s.
+sentence set (the toy test sources; Multi30k's test2016 sources in the run's source language
+too, from ``--data DIR`` or ``../shared/data/multi30k`` where it exists) and each search
+(greedy, then beam 5) runs N clients as asyncio tasks with ``httpx`` for ``--seconds``: each
+sends one sentence per request and waits for the answer before the next. Prints requests/s,
+sentences/s, p50/p95 latency, errors, the mean decoding batch (requests per batch, from the
+server's ``/health`` counters) and the speed-up over one client: batching works when 16 clients
+get several times one client's sentences/s.
 
 ``--soak MINUTES`` instead runs the largest number of clients for that long, each sending beam
 5 translations with the 3 best, attention maps (2 requests in 10) and bad requests (1 in 10,
@@ -17,6 +18,7 @@ resident set grew over the last 3 minutes (from minute 2 of a 5-minute soak to i
     python benchmarks/bench_serve.py -m runs/toy                   # 60 s per row
     python benchmarks/bench_serve.py -m runs/toy --seconds 20 --json serve.json
     python benchmarks/bench_serve.py -m runs/toy --soak 5          # memory under 16 clients
+    python benchmarks/bench_serve.py -m runs/m30k --data path/to/multi30k --soak 5
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import torch
 from tformer_cli.device import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k" / "test2016.en"
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
 @dataclass
@@ -61,12 +63,15 @@ class Row:
     speedup: float = 1.0
 
 
-def sentence_sets() -> dict[str, list[str]]:
-    """The toy test sources and, where the shared data is, Multi30k's English test sources."""
+def sentence_sets(run: str, multi30k: Path) -> dict[str, list[str]]:
+    """The toy test sources and, where ``multi30k`` holds them, Multi30k's test2016 sources in
+    the run's source language."""
     toy = REPO / "data" / "toy" / "test.tsv"
     sets = {"toy": [line.split("\t")[0] for line in toy.read_text("utf-8").splitlines()]}
-    if MULTI30K.is_file():
-        sets["multi30k"] = [s for s in MULTI30K.read_text("utf-8").splitlines() if s.strip()]
+    config = json.loads((Path(run) / "config.json").read_text("utf-8"))
+    sources = multi30k / f"test2016.{config['train']['src_lang']}"
+    if sources.is_file():
+        sets["multi30k"] = [s for s in sources.read_text("utf-8").splitlines() if s.strip()]
     return sets
 
 
@@ -268,6 +273,7 @@ def main() -> None:
     parser.add_argument("--wait-ms", type=float, default=5, help="tformer serve --wait-ms")
     parser.add_argument("--json", type=Path, help="write the rows and the machine here")
     parser.add_argument("--soak", type=float, help="minutes of the memory soak (no table)")
+    parser.add_argument("--data", type=Path, default=MULTI30K, help="the Multi30k folder")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     beams = [int(b) for b in args.beams.split(",")]
@@ -287,7 +293,8 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}/"
     rows: list[Row] = []
     if args.soak is not None:
-        data, sentences = list(sentence_sets().items())[-1]  # Multi30k where it is there
+        sets = sentence_sets(args.model, args.data)
+        data, sentences = list(sets.items())[-1]  # Multi30k where it is there
         print(f"soak: {max(clients)} clients on {data} for {args.soak:g} min", flush=True)
         try:
             record = soak(url, server.pid, sentences, max(clients), args.soak)
@@ -299,7 +306,7 @@ def main() -> None:
             args.json.write_text(text, encoding="utf-8")
         return
     try:
-        for data, sentences in sentence_sets().items():
+        for data, sentences in sentence_sets(args.model, args.data).items():
             measure(url, data, sentences, 1, 1, 2)  # warm-up
             for beam in beams:
                 first = None
