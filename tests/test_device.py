@@ -272,3 +272,17 @@ def test_release_freed_memory_gives_back_what_is_kept_over_its_bound():
     ).stdout.split()
     assert out[0] == "False" and float(out[1]) < 32
     assert out[2] == "True" and float(out[3]) > 200  # MiB of the 256 freed
+
+
+def test_training_bounds_onednns_kernel_cache_unless_told_or_a_library(monkeypatch):
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # restored after the test
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    monkeypatch.setattr(device, "_process_wide", False)
+    device.bound_kernel_cache()  # a library's process: left as it is
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    monkeypatch.setattr(device, "_process_wide", True)
+    device.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(device.TRAINING_KERNEL_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "4096")  # the user's own wins
+    device.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "4096"

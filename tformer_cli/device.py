@@ -210,13 +210,27 @@ def release_freed_memory(keep: float = 0.0) -> bool:
 _process_wide = False  # set by setup(): the process asked for tformer's process-wide settings
 
 
+TRAINING_KERNEL_CACHE = 32  # oneDNN kernels (matmul shapes) kept while training
+
+
+def bound_kernel_cache() -> None:
+    """Training's oneDNN kernel cache: ``TRAINING_KERNEL_CACHE`` shapes unless
+    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` says otherwise. Batch shapes change from update to
+    update, so a kernel seldom serves beyond its own update; with oneDNN's default of 1,024 the
+    cache's churn among each update's tensors fragmented glibc's heap, which grew by GBs over a
+    long run (docs/training.md, "Memory"). oneDNN reads the variable when it makes its first
+    kernel: a process that ran a matmul before keeps its size. Nothing unless ``setup()`` was
+    called."""
+    if _process_wide:
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(TRAINING_KERNEL_CACHE))
+
+
 def setup() -> None:
     """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
     (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
     (``reuse_freed_memory``), TF32 matmuls on GPUs that have TF32 units, and Inductor's on-disk
     cache folder (``keep_inductor_cache``). oneDNN's cache of compiled kernels keeps its
-    default size (1,024 matmul shapes): a larger one grew by GBs over a long run, whose batch
-    shapes vary (docs/training.md, "Memory").
+    default size (1,024 matmul shapes) but in training (``bound_kernel_cache``).
 
     The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
     evaluating changes none of these until it has been called (their ``setup_threads`` calls do

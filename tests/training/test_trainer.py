@@ -117,6 +117,18 @@ def test_clip_norm_zero_turns_clipping_off(tmp_path, tiny_corpus, single_thread_
     assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
 
 
+def test_training_bounds_onednns_kernel_cache(
+    tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
+):
+    """After the command line's set-up, a trainer sets oneDNN's cache to the training bound
+    (the variable is read at the first kernel, so before the model's first update)."""
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")  # restored after the test
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    monkeypatch.setattr("tformer_cli.device._process_wide", True)
+    run(tmp_path / "r", tiny_corpus, max_steps=1, valid_every=100)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "32"
+
+
 def test_no_training_pair_under_max_len_is_an_error_leaving_no_run(
     tmp_path, tiny_corpus, single_thread_trainer
 ):

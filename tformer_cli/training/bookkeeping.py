@@ -42,6 +42,7 @@ from tformer_cli.decode.translate import translate_ids
 from tformer_cli.device import (
     KEEP_FREE,
     autocast,
+    bound_kernel_cache,
     precision_name,
     release_freed_memory,
     resolve_precision,
@@ -100,6 +101,7 @@ class TrainerBase:
     ) -> None:
         self.run_dir = run_dir
         setup_threads()
+        bound_kernel_cache()
         torch.manual_seed(cfg.seed)
         if resume:  # the run's own settings, the stopping rules, save interval and device of cfg
             overrides = {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
