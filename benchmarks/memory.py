@@ -8,7 +8,8 @@ cache), the first updates, steady training, validation (teacher-forced loss and 
 decoding), the test split's score. For each phase it prints the peak resident set (``VmHWM``,
 reset at each phase's start through ``/proc/self/clear_refs``, so exact), the peak of its
 anonymous part (``RssAnon``: the heap, tensors, allocator caches) and of its file-backed part
-(``RssFile``: mapped libraries and data files, shared with other processes), sampled; then the
+(``RssFile``: mapped libraries and data files, shared with other processes), sampled, and
+glibc's heap at the phase's end (allocated, and free: kept for reuse or holes); then the
 whole run's, whose peak RSS is the ``peak memory`` that ``tformer train`` reports (its
 ``ru_maxrss``; here reset with ``VmHWM``, so the run's own line is not). Linux only.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import platform
 import re
 import subprocess
@@ -44,6 +46,18 @@ def status() -> dict[str, float]:
     return {k: int(re.search(rf"^{k}:\s+(\d+)", text, re.M).group(1)) / 1024 for k in FIELDS}
 
 
+def heap() -> tuple[float, float]:
+    """glibc's heap now, in MiB: (allocated, free: kept for reuse); NaNs off glibc."""
+    from tformer_cli.device import MallInfo2, glibc
+
+    libc = glibc()
+    if libc is None:
+        return math.nan, math.nan
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20, info.fordblks / 2**20
+
+
 def reset_peak() -> None:
     """Set ``VmHWM`` back to the resident set now (Linux 4.0+)."""
     Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
@@ -55,6 +69,8 @@ class Phase:
     anon: float = 0.0  # peak RssAnon, sampled
     file: float = 0.0  # peak RssFile, sampled
     end: float = 0.0  # VmRSS when the phase last ended
+    used: float = 0.0  # glibc's heap then: allocated
+    free: float = 0.0  # and free (kept for reuse, or holes no block fits)
     seconds: float = 0.0
 
 
@@ -92,6 +108,7 @@ class PhaseProbe:
             s, t = status(), time.perf_counter()
             p = self._charge(s)
             p.end, p.seconds = s["VmRSS"], p.seconds + t - self.since
+            p.used, p.free = heap()
             left, self.now, self.since = self.now, name, t
             reset_peak()
         return left
@@ -109,12 +126,14 @@ class PhaseProbe:
     def report(self) -> str:
         self.switch("end")
         self.stop = True
-        head = f"{'peak RSS':>9} {'anon':>7} {'file':>7} {'RSS after':>9} {'s':>6}"
+        head = (f"{'peak RSS':>9} {'anon':>7} {'file':>7} {'RSS after':>9} {'heap used':>9}"
+                f" {'free':>7} {'s':>6}")  # fmt: skip
         rows = [f"  {'phase':<14} {head}"]
         for name, p in self.phases.items():
             if name not in ("after", "end"):
                 rows.append(f"  {name:<14} {p.rss:9,.0f} {p.anon:7,.0f} {p.file:7,.0f}"
-                            f" {p.end:9,.0f} {p.seconds:6.0f}")  # fmt: skip
+                            f" {p.end:9,.0f} {p.used:9,.0f} {p.free:7,.0f}"
+                            f" {p.seconds:6.0f}")  # fmt: skip
         shown = [p for name, p in self.phases.items() if name not in ("after", "end")]
         peaks = [max(getattr(p, k) for p in shown) for k in ("rss", "anon", "file")]
         rows.append(f"  {'whole run':<14} {peaks[0]:9,.0f} {peaks[1]:7,.0f} {peaks[2]:7,.0f}")
