@@ -273,8 +273,12 @@ def main() -> None:
     parser.add_argument("--wait-ms", type=float, default=5, help="tformer serve --wait-ms")
     parser.add_argument("--json", type=Path, help="write the rows and the machine here")
     parser.add_argument("--soak", type=float, help="minutes of the memory soak (no table)")
-    parser.add_argument("--data", type=Path, default=MULTI30K, help="the Multi30k folder")
+    parser.add_argument("--data", type=Path, help="the Multi30k folder (test2016.<src>)")
     args = parser.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"{args.model} is not a run folder: it has no config.json")
+    if args.data is not None and not any(args.data.glob("test2016.*")):
+        parser.error(f"{args.data} holds no test2016.<language> file")
     clients = [int(c) for c in args.clients.split(",")]
     beams = [int(b) for b in args.beams.split(",")]
     machine = {
@@ -293,7 +297,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}/"
     rows: list[Row] = []
     if args.soak is not None:
-        sets = sentence_sets(args.model, args.data)
+        sets = sentence_sets(args.model, args.data or MULTI30K)
         data, sentences = list(sets.items())[-1]  # Multi30k where it is there
         print(f"soak: {max(clients)} clients on {data} for {args.soak:g} min", flush=True)
         try:
@@ -306,7 +310,7 @@ def main() -> None:
             args.json.write_text(text, encoding="utf-8")
         return
     try:
-        for data, sentences in sentence_sets(args.model, args.data).items():
+        for data, sentences in sentence_sets(args.model, args.data or MULTI30K).items():
             measure(url, data, sentences, 1, 1, 2)  # warm-up
             for beam in beams:
                 first = None

@@ -218,9 +218,9 @@ def bound_kernel_cache() -> None:
     ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` says otherwise. Batch shapes change from update to
     update, so a kernel seldom serves beyond its own update; with oneDNN's default of 1,024 the
     cache's churn among each update's tensors fragmented glibc's heap, which grew by GBs over a
-    long run (docs/training.md, "Memory"). oneDNN reads the variable when it makes its first
-    kernel: a process that ran a matmul before keeps its size. Nothing unless ``setup()`` was
-    called."""
+    long run (docs/training.md, "Memory"). oneDNN reads the variable once, when it makes its
+    first kernel: a process that ran a matmul before keeps its size, and one that trains keeps
+    the bound after training. Nothing unless ``setup()`` was called."""
     if _process_wide:
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(TRAINING_KERNEL_CACHE))
 
@@ -230,7 +230,7 @@ def setup() -> None:
     (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
     (``reuse_freed_memory``), TF32 matmuls on GPUs that have TF32 units, and Inductor's on-disk
     cache folder (``keep_inductor_cache``). oneDNN's cache of compiled kernels keeps its
-    default size (1,024 matmul shapes) but in training (``bound_kernel_cache``).
+    default size (1,024 matmul shapes) except in a process that trains (``bound_kernel_cache``).
 
     The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
     evaluating changes none of these until it has been called (their ``setup_threads`` calls do
