@@ -7,7 +7,7 @@ import io
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
@@ -22,7 +22,7 @@ from tformer_cli.config import (
     DecodeOptions,
     DistillOptions,
     Range,
-    option,
+    setting,
 )
 from tformer_cli.engines import load_engine
 from tformer_cli.errors import TformerError
@@ -50,7 +50,7 @@ def min_len_note(cfg: DecodeConfig) -> str | None:
 
 def flag(help: str, *flags: str) -> Any:
     """A field the command line sets with a flag."""
-    return field(default=False, metadata=option(help, flags=flags))
+    return setting(False, help, flags=flags)
 
 
 @dataclass(frozen=True)
@@ -58,42 +58,32 @@ class Translate(DecodeOptions):
     """``tformer translate``: the search (``DecodeOptions``), what to read and write, and where
     it runs; ``--greedy`` is ``-k 1``."""
 
-    texts: list[str] | None = field(
-        default=None, metadata=option("Sentences to translate.", argument=True)
-    )
+    texts: list[str] | None = setting(None, "Sentences to translate.", argument=True)
     model: list[Path] | None = shared("models")
-    file: Path | None = field(
-        default=None,
-        metadata=option("Translate each line of a UTF-8 file (- = stdin).", flags=("--file", "-f")),
+    file: Path | None = setting(
+        None, "Translate each line of a UTF-8 file (- = stdin).", flags=("--file", "-f")
     )
     output: Path | None = shared(
         "output", "Write translations here (all at once, at the end), not stdout."
     )
     greedy: bool = flag("Greedy search (same as -k 1).")
     scores: bool = flag("Prefix each line with its score.")
-    batch_size: int | None = field(
-        default=None,
-        metadata=option("Sentences per batch (default: by --max-tokens).", values=Range(1)),
+    batch_size: int | None = setting(
+        None, "Sentences per batch (default: by --max-tokens).", values=Range(1)
     )
-    max_tokens: int = field(
-        default=4096, metadata=option("Source tokens per batch.", values=Range(1))
-    )
-    chunk_size: int = field(
-        default=2000,
-        metadata=option(
-            "Lines read, translated (sorted by length into batches) and written at a time:"
-            " output flows before the input ends, and memory does not grow with it.",
-            values=Range(1, 1_000_000),
-        ),
+    max_tokens: int = setting(4096, "Source tokens per batch.", values=Range(1))
+    chunk_size: int = setting(
+        2000,
+        "Lines read, translated (sorted by length into batches) and written at a time:"
+        " output flows before the input ends, and memory does not grow with it.",
+        values=Range(1, 1_000_000),
     )
     no_cache: bool = flag("Recompute every prefix each step (slow; teaching).")
     json_out: bool = shared("json_out", "One JSON object per input: hypotheses, scores, timing.")
-    trace: Path | None = field(
-        default=None,
-        metadata=option(
-            "Write the step-through search of the first text as JSON here: each step's"
-            " hypotheses, their best next tokens (kept, pruned or finished), cross-attention."
-        ),
+    trace: Path | None = setting(
+        None,
+        "Write the step-through search of the first text as JSON here: each step's"
+        " hypotheses, their best next tokens (kept, pruned or finished), cross-attention.",
     )
     device: str = shared("device")
     precision: str | None = shared("precision_int8")
@@ -303,12 +293,9 @@ class InspectAttention(AttentionOptions):
     """``tformer inspect-attention``: the maps to show (``AttentionOptions``) of one sentence,
     where they go, and where the run is loaded."""
 
-    text: str = field(metadata=option("The sentence to translate and inspect.", argument=True))
+    text: str = setting(MISSING, "The sentence to translate and inspect.", argument=True)
     model: Path | None = shared("model")
-    save: Path | None = field(
-        default=None,
-        metadata=option("Write a picture: .svg, .html (self-contained) or .png."),
-    )
+    save: Path | None = setting(None, "Write a picture: .svg, .html (self-contained) or .png.")
     json_out: bool = shared("json_out", "Print every weight with its tokens as JSON instead.")
     output: Path | None = shared("output")
     device: str = shared("device")
@@ -359,11 +346,10 @@ class Distill(DistillOptions):
     model: Path | None = shared(
         "model", "The teacher's run folder. Default: the newest run under runs/."
     )
-    output: Path = field(
-        metadata=option(
-            "The corpus folder to write (made if missing; resumed where a stopped run left it).",
-            flags=("--output", "-o"),
-        )
+    output: Path = setting(
+        MISSING,
+        "The corpus folder to write (made if missing; resumed where a stopped run left it).",
+        flags=("--output", "-o"),
     )
     device: str = shared("device")
     precision: str | None = shared("precision_int8")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,7 @@ from rich.console import Console
 from tformer_cli.cli.app import check_engine, destination, err, out, positional, wrote
 from tformer_cli.cli.decode import learner, min_len_note
 from tformer_cli.cli.options import command, legacy_run, shared
-from tformer_cli.config import NOT_EVALUATED, EvalOptions, OneOf, option
+from tformer_cli.config import NOT_EVALUATED, EvalOptions, OneOf, setting
 
 if TYPE_CHECKING:
     from tformer_cli.report.request import EvalRequest
@@ -30,12 +30,10 @@ class Evaluate(EvalOptions):
     model: list[Path] | None = shared("models")
     json_out: bool = shared("json_out")
     output: Path | None = shared("output")
-    hypotheses: Path | None = field(
-        default=None,
-        metadata=option(
-            "Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
-            " (Formerly --hyp.)"
-        ),
+    hypotheses: Path | None = setting(
+        None,
+        "Write the hypotheses here, one per line: beam if --beam > 1, else greedy."
+        " (Formerly --hyp.)",
     )
     device: str = shared("device")
     precision: str | None = shared("precision_int8")
@@ -110,10 +108,7 @@ def evaluate_runs(
 class Runs:
     """``tformer runs``: the folder listed and where the list goes."""
 
-    folder: Path | None = field(
-        default=None,
-        metadata=option("Folder holding the runs. Default: runs/.", argument=True),
-    )
+    folder: Path | None = setting(None, "Folder holding the runs. Default: runs/.", argument=True)
     json_out: bool = shared("json_out", "Print every row as JSON instead of the table.")
     output: Path | None = shared("output")
 
@@ -138,17 +133,11 @@ class Show:
 
     legacy: Path | None = legacy_run()
     model: Path | None = shared("model")
-    save: Path | None = field(
-        default=None,
-        metadata=option(
-            "Write the curves: .svg, .html (self-contained, with the settings) or .png."
-        ),
+    save: Path | None = setting(
+        None, "Write the curves: .svg, .html (self-contained, with the settings) or .png."
     )
-    x: str = field(
-        default="updates",
-        metadata=option(
-            "x axis: updates, or time (minutes of training).", flags=("--x",), values=X_AXIS
-        ),
+    x: str = setting(
+        "updates", "x axis: updates, or time (minutes of training).", flags=("--x",), values=X_AXIS
     )
     quiet: bool = shared("quiet", "No log lines.")
 
@@ -174,24 +163,19 @@ class Compare(EvalOptions):
     to draw, where it prints, and where it runs."""
 
     legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -m RUN.")
-    model: list[Path] | None = field(
-        default=None,
-        metadata=option(
-            "Two or more run folders (or names under runs/): -m A -m B; the first is the baseline.",
-            flags=("--model", "-m"),
-        ),
+    model: list[Path] | None = setting(
+        None,
+        "Two or more run folders (or names under runs/): -m A -m B; the first is the baseline.",
+        flags=("--model", "-m"),
     )
-    save: Path | None = field(
-        default=None,
-        metadata=option("Write the runs' curves overlaid: .svg, .html (with the tables) or .png."),
+    save: Path | None = setting(
+        None, "Write the runs' curves overlaid: .svg, .html (with the tables) or .png."
     )
-    x: str = field(
-        default="updates",
-        metadata=option(
-            "x axis of --save: updates, or time (minutes of training).",
-            flags=("--x",),
-            values=X_AXIS,
-        ),
+    x: str = setting(
+        "updates",
+        "x axis of --save: updates, or time (minutes of training).",
+        flags=("--x",),
+        values=X_AXIS,
     )
     json_out: bool = shared("json_out", "Print every number and p-value as JSON.")
     output: Path | None = shared("output")

@@ -3,14 +3,14 @@ equations, one function at a time, checked against tformer's own (docs/learn.md)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 
 import typer
 
 from tformer_cli.cli.app import HELP, Group, app, out
 from tformer_cli.cli.options import command
-from tformer_cli.config import option
+from tformer_cli.config import setting
 
 learn_app = typer.Typer(
     help="Build a Transformer yourself: exercises from the paper's equations, each checked"
@@ -26,7 +26,7 @@ app.add_typer(learn_app, name="learn")
 class Folder:
     """``tformer learn start`` and ``solutions``: the folder written."""
 
-    folder: Path = field(metadata=option("Folder to write into (made if missing).", argument=True))
+    folder: Path = setting(MISSING, "Folder to write into (made if missing).", argument=True)
 
 
 @command(Folder, "start", group=learn_app)
@@ -54,12 +54,8 @@ def solutions_command(v: Folder) -> None:
 class Check:
     """``tformer learn check``: the file checked, all of it or one exercise."""
 
-    path: Path = field(
-        metadata=option("exercises.py, solutions.py, or their folder.", argument=True)
-    )
-    only: str | None = field(
-        default=None, metadata=option("Check this exercise alone (its function's name).")
-    )
+    path: Path = setting(MISSING, "exercises.py, solutions.py, or their folder.", argument=True)
+    only: str | None = setting(None, "Check this exercise alone (its function's name).")
 
 
 @command(Check, "check", group=learn_app)

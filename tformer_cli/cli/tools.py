@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 
 import typer
 
 from tformer_cli.cli.app import check_engine, err, out, positional, tokenizer_app, wrote
 from tformer_cli.cli.options import command, legacy_run, shared
-from tformer_cli.config import OneOf, ServeOptions, TrainConfig, option
+from tformer_cli.config import OneOf, ServeOptions, TrainConfig, setting
 from tformer_cli.config.fields import values_of
 from tformer_cli.engines import interop_packages
 
@@ -55,26 +55,22 @@ def serve_command(v: Serve) -> None:
 class Export:
     """``tformer export``: the run, the format and the folder written."""
 
-    to: str = field(
-        metadata=option(
-            "ctranslate2, or hf (a MarianMTModel for transformers).",
-            flags=("--to",),
-            values=OneOf(("ctranslate2", "hf")),
-        )
+    to: str = setting(
+        MISSING,
+        "ctranslate2, or hf (a MarianMTModel for transformers).",
+        flags=("--to",),
+        values=OneOf(("ctranslate2", "hf")),
     )
     legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -o DIR.")
     model: Path | None = shared("model")
-    output: Path | None = field(
-        default=None,
-        metadata=option("Folder to write (new, or empty).", flags=("--output", "-o")),
+    output: Path | None = setting(
+        None, "Folder to write (new, or empty).", flags=("--output", "-o")
     )
-    quantization: str = field(
-        default="float32",
-        metadata=option(
-            "CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
-            " int16, float16 or bfloat16.",
-            values=OneOf(QUANTIZATIONS),
-        ),
+    quantization: str = setting(
+        "float32",
+        "CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
+        " int16, float16 or bfloat16.",
+        values=OneOf(QUANTIZATIONS),
     )
 
 
@@ -116,15 +112,11 @@ def export_command(v: Export) -> None:
 class Import:
     """``tformer import``: the model, and the run it becomes."""
 
-    source: str = field(
-        metadata=option(
-            "hf:NAME (a model on the Hugging Face Hub) or a model folder.", argument=True
-        )
+    source: str = setting(
+        MISSING, "hf:NAME (a model on the Hugging Face Hub) or a model folder.", argument=True
     )
-    name: str | None = field(
-        default=None, metadata=option("Run name. Default: the model's (its last path part).")
-    )
-    runs_dir: Path = field(default=Path("runs"), metadata=option("Folder holding the runs."))
+    name: str | None = setting(None, "Run name. Default: the model's (its last path part).")
+    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.")
 
 
 @command(Import, "import")
@@ -150,22 +142,17 @@ class TokenizerTrain:
     """``tformer tokenizer train``: the corpus, the tokenizer and where it goes."""
 
     legacy: Path | None = legacy_run("Deprecated: use -o FILE.", "FILE")
-    output: Path | None = field(
-        default=None, metadata=option("Where to write tokenizer.json.", flags=("--output", "-o"))
+    output: Path | None = setting(None, "Where to write tokenizer.json.", flags=("--output", "-o"))
+    data: str = setting("toy", "Corpus: toy, a folder or file, or hf:NAME.")
+    src: str | None = setting(None, "Source language suffix of plain files.")
+    tgt: str | None = setting(None, "Target language suffix of plain files.")
+    vocab_size: int = setting(
+        TrainConfig.vocab_size, "Vocabulary size.", values=values_of(TrainConfig, "vocab_size")
     )
-    data: str = field(default="toy", metadata=option("Corpus: toy, a folder or file, or hf:NAME."))
-    src: str | None = field(default=None, metadata=option("Source language suffix of plain files."))
-    tgt: str | None = field(default=None, metadata=option("Target language suffix of plain files."))
-    vocab_size: int = field(
-        default=TrainConfig.vocab_size,
-        metadata=option("Vocabulary size.", values=values_of(TrainConfig, "vocab_size")),
-    )
-    tokenizer: str = field(
-        default="bpe",
-        metadata=option(
-            "bpe, unigram or wordlevel. (Formerly --kind.)",
-            values=values_of(TrainConfig, "tokenizer_kind"),
-        ),
+    tokenizer: str = setting(
+        "bpe",
+        "bpe, unigram or wordlevel. (Formerly --kind.)",
+        values=values_of(TrainConfig, "tokenizer_kind"),
     )
 
 

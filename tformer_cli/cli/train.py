@@ -6,7 +6,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from tformer_cli.cli.options import (
     shared,
     with_options,
 )
-from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, option
+from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, setting
 from tformer_cli.errors import TformerError
 
 # ---------------------------------------------------------------------------- train
@@ -41,41 +41,28 @@ class Own:
     """The options of tformer train of its own, besides those that set a config field
     (declared once, beside the field: ``config.TRAIN_OPTIONS``)."""
 
-    preset: str | None = field(
-        default=None,
-        metadata=option(
-            "Recipe: toy, multi30k, multi30k-15min or a .toml file; options given here win."
-        ),
+    preset: str | None = setting(
+        None, "Recipe: toy, multi30k, multi30k-15min or a .toml file; options given here win."
     )
-    name: str | None = field(
-        default=None, metadata=option("Run name: runs/NAME. Default: data+time.")
+    name: str | None = setting(None, "Run name: runs/NAME. Default: data+time.")
+    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.")
+    resume: Path | None = setting(None, "Continue the run in this folder from its last.pt.")
+    tensorboard: Path | None = setting(
+        None, "Also write the log's numbers here for TensorBoard (needs tensorboard)."
     )
-    runs_dir: Path = field(default=Path("runs"), metadata=option("Folder holding the runs."))
-    resume: Path | None = field(
-        default=None, metadata=option("Continue the run in this folder from its last.pt.")
+    nproc: int = setting(
+        1,
+        "Train with N processes (DDP under torchrun: one per GPU, or N sharing the CPU"
+        " cores). Each update takes max(--accum, N) batches, one share per process.",
+        values=Range(1),
     )
-    tensorboard: Path | None = field(
-        default=None,
-        metadata=option("Also write the log's numbers here for TensorBoard (needs tensorboard)."),
+    nnodes: str = setting(
+        "1",
+        "Machines taking part, passed to torchrun (e.g. 2, or 1:4).",
+        values=Pattern(r"[1-9][0-9]*(:[1-9][0-9]*)?", "must be N or MIN:MAX"),
     )
-    nproc: int = field(
-        default=1,
-        metadata=option(
-            "Train with N processes (DDP under torchrun: one per GPU, or N sharing the CPU"
-            " cores). Each update takes max(--accum, N) batches, one share per process.",
-            values=Range(1),
-        ),
-    )
-    nnodes: str = field(
-        default="1",
-        metadata=option(
-            "Machines taking part, passed to torchrun (e.g. 2, or 1:4).",
-            values=Pattern(r"[1-9][0-9]*(:[1-9][0-9]*)?", "must be N or MIN:MAX"),
-        ),
-    )
-    rdzv_endpoint: str | None = field(
-        default=None,
-        metadata=option("HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."),
+    rdzv_endpoint: str | None = setting(
+        None, "HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."
     )
     use: Path | None = shared(
         "use",
@@ -164,16 +151,12 @@ class Average:
 
     legacy: Path | None = legacy_run()
     model: Path | None = shared("model", "Run trained with --average N. Default: the newest run.")
-    last: int = field(
-        default=5, metadata=option("Average the N newest checkpoints.", values=Range(2))
-    )
-    output: Path | None = field(
-        default=None,
-        metadata=option(
-            "Where to write the weights. Default: RUN/averaged.pt; RUN/model.pt makes the"
-            " average the run's model.",
-            flags=("--output", "-o"),
-        ),
+    last: int = setting(5, "Average the N newest checkpoints.", values=Range(2))
+    output: Path | None = setting(
+        None,
+        "Where to write the weights. Default: RUN/averaged.pt; RUN/model.pt makes the"
+        " average the run's model.",
+        flags=("--output", "-o"),
     )
 
 

@@ -13,7 +13,16 @@ from tformer_cli.config.decode import (
     SamplingConfig,
     TraceOptions,
 )
-from tformer_cli.config.fields import MODES, OneOf, Pattern, Range, Values, from_dict, option
+from tformer_cli.config.fields import (
+    MODES,
+    OneOf,
+    Pattern,
+    Range,
+    Values,
+    from_dict,
+    option,
+    setting,
+)
 from tformer_cli.config.jobs import (
     NOT_EVALUATED,
     AttentionOptions,
@@ -76,5 +85,6 @@ __all__ = [
     "load_recipe",
     "option",
     "option_of",
+    "setting",
     "train_options",
 ]

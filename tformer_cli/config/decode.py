@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from tformer_cli.config.fields import OneOf, Range, check_values, option, values, values_of
+from tformer_cli.config.fields import OneOf, Range, check_values, setting, values, values_of
 from tformer_cli.errors import SettingError
 
 ENGINES = ("torch", "ctranslate2")  # what decodes (--engine): tformer's search, or CTranslate2
@@ -79,103 +79,71 @@ class DecodeOptions:
     where nothing is drawn is refused, not ignored; so is an n-best list longer than the beam
     (the search itself ranks more than a beam's)."""
 
-    beam: int = field(
-        default=5,
-        metadata=option(
-            "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
-        ),
+    beam: int = setting(
+        5, "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
     )
-    alpha: float | None = field(
-        default=None,
-        metadata=option(
-            "GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine ctranslate2:"
-            " / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless its training set"
-            " another.",
-            values=values_of(DecodeConfig, "alpha"),
-        ),
+    alpha: float | None = setting(
+        None,
+        "GNMT length penalty: score = log p(Y|X) / ((5+|Y|)/6)^alpha (--engine ctranslate2:"
+        " / |Y|^alpha). Default: the (first) run's --beam-alpha, 0.6 unless its training set"
+        " another.",
+        values=values_of(DecodeConfig, "alpha"),
     )
-    nbest: int = field(
-        default=1,
-        metadata=option(
-            "Hypotheses per input (<= beam; with --sample, samples per input): lines"
-            " INDEX<TAB>SCORE<TAB>TEXT.",
-            values=Range(1, MAX_HYPOTHESES),
-        ),
+    nbest: int = setting(
+        1,
+        "Hypotheses per input (<= beam; with --sample, samples per input): lines"
+        " INDEX<TAB>SCORE<TAB>TEXT.",
+        values=Range(1, MAX_HYPOTHESES),
     )
-    sample: bool = field(
-        default=False, metadata=option("Draw each token from the model instead of searching.")
+    sample: bool = setting(False, "Draw each token from the model instead of searching.")
+    temperature: float = setting(
+        1.0,
+        "Sampling: p^(1/T), renormalised (< 1 sharper, > 1 flatter).",
+        values=values_of(SamplingConfig, "temperature"),
     )
-    temperature: float = field(
-        default=1.0,
-        metadata=option(
-            "Sampling: p^(1/T), renormalised (< 1 sharper, > 1 flatter).",
-            values=values_of(SamplingConfig, "temperature"),
-        ),
+    top_k: int | None = setting(
+        None,
+        "Sampling: keep the k most probable tokens.",
+        values=values_of(SamplingConfig, "top_k"),
     )
-    top_k: int | None = field(
-        default=None,
-        metadata=option(
-            "Sampling: keep the k most probable tokens.", values=values_of(SamplingConfig, "top_k")
-        ),
+    top_p: float | None = setting(
+        None,
+        "Sampling: keep the smallest set of mass >= p (nucleus).",
+        values=values_of(SamplingConfig, "top_p"),
     )
-    top_p: float | None = field(
-        default=None,
-        metadata=option(
-            "Sampling: keep the smallest set of mass >= p (nucleus).",
-            values=values_of(SamplingConfig, "top_p"),
-        ),
+    epsilon: float | None = setting(
+        None,
+        "Sampling: drop tokens of probability < epsilon.",
+        values=values_of(SamplingConfig, "epsilon"),
     )
-    epsilon: float | None = field(
-        default=None,
-        metadata=option(
-            "Sampling: drop tokens of probability < epsilon.",
-            values=values_of(SamplingConfig, "epsilon"),
-        ),
+    seed: int = setting(
+        0, "Seed of the samples (--sample, --mbr).", values=values_of(DecodeConfig, "seed")
     )
-    seed: int = field(
-        default=0,
-        metadata=option(
-            "Seed of the samples (--sample, --mbr).", values=values_of(DecodeConfig, "seed")
-        ),
+    mbr: int = setting(
+        0,
+        "Minimum Bayes risk: the candidate of highest expected utility among N samples (or"
+        " the beam's N-best, --mbr-from beam). 0: off.",
+        values=Range(0, MAX_HYPOTHESES),
     )
-    mbr: int = field(
-        default=0,
-        metadata=option(
-            "Minimum Bayes risk: the candidate of highest expected utility among N samples (or"
-            " the beam's N-best, --mbr-from beam). 0: off.",
-            values=Range(0, MAX_HYPOTHESES),
-        ),
+    mbr_from: str = setting(
+        "sample",
+        "Where MBR candidates come from: sample or beam.",
+        values=values_of(DecodeConfig, "mbr_from"),
     )
-    mbr_from: str = field(
-        default="sample",
-        metadata=option(
-            "Where MBR candidates come from: sample or beam.",
-            values=values_of(DecodeConfig, "mbr_from"),
-        ),
+    mbr_utility: str = setting(
+        "chrf",
+        "MBR utility: chrf (sacrebleu's) or bleu.",
+        values=values_of(DecodeConfig, "mbr_utility"),
     )
-    mbr_utility: str = field(
-        default="chrf",
-        metadata=option(
-            "MBR utility: chrf (sacrebleu's) or bleu.",
-            values=values_of(DecodeConfig, "mbr_utility"),
-        ),
+    min_len: int = setting(
+        0,
+        "No </s> before this many tokens (at most the length limit).",
+        values=Range(0, MAX_LENGTH),
     )
-    min_len: int = field(
-        default=0,
-        metadata=option(
-            "No </s> before this many tokens (at most the length limit).",
-            values=Range(0, MAX_LENGTH),
-        ),
+    max_len_a: float = setting(
+        1.5, "Output length limit a*|src|+b tokens: a.", values=values_of(DecodeConfig, "max_len_a")
     )
-    max_len_a: float = field(
-        default=1.5,
-        metadata=option(
-            "Output length limit a*|src|+b tokens: a.", values=values_of(DecodeConfig, "max_len_a")
-        ),
-    )
-    max_len_b: int = field(
-        default=10, metadata=option("Output length limit: b.", values=Range(0, MAX_LENGTH))
-    )
+    max_len_b: int = setting(10, "Output length limit: b.", values=Range(0, MAX_LENGTH))
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -211,13 +179,10 @@ class TraceOptions:
     ``beam``, the ``top`` next tokens of each hypothesis, the length penalty ``alpha`` (``None``:
     the run's own)."""
 
-    beam: int = field(default=5, metadata=option("Beam size.", values=Range(1, MAX_BEAM)))
-    top: int = field(
-        default=5, metadata=option("Next tokens shown per hypothesis.", values=Range(1))
-    )
-    alpha: float | None = field(
-        default=None,
-        metadata=option("GNMT length penalty.", values=values_of(DecodeConfig, "alpha")),
+    beam: int = setting(5, "Beam size.", values=Range(1, MAX_BEAM))
+    top: int = setting(5, "Next tokens shown per hypothesis.", values=Range(1))
+    alpha: float | None = setting(
+        None, "GNMT length penalty.", values=values_of(DecodeConfig, "alpha")
     )
 
     def __post_init__(self) -> None:

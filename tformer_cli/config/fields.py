@@ -95,6 +95,12 @@ def option(
             "argument": argument, "hidden": hidden, "metavar": metavar}  # fmt: skip
 
 
+def setting(default: Any, help: str, name: str = "", **meta: Any) -> Any:
+    """A field that a face sets: its ``default`` (``MISSING``: required) and ``option``'s
+    metadata."""
+    return dataclasses.field(default=default, metadata=option(help, name, **meta))
+
+
 def values(allowed: Values) -> dict[str, Values]:
     """The metadata of a field that may hold ``allowed`` and no option of train sets."""
     return {"values": allowed}

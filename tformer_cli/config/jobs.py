@@ -6,12 +6,19 @@ of a sentence (``AttentionOptions``) and the server (``ServeOptions``, its per-r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tformer_cli.config.decode import MAX_BEAM, DecodeConfig, DecodeOptions
-from tformer_cli.config.fields import OneOf, Pattern, Range, check_values, option, values_of
+from tformer_cli.config.fields import (
+    OneOf,
+    Pattern,
+    Range,
+    check_values,
+    setting,
+    values_of,
+)
 
 EVAL_SPLITS = ("train", "valid", "test", "all")  # a corpus's splits, or every pair of it
 # The search's settings that an evaluation has not: it scores the best hypothesis.
@@ -24,41 +31,31 @@ class EvalOptions(DecodeOptions):
     pair of two plain files, in order), the split and its first ``limit`` pairs, and the beam
     pass's search (greedy always runs too; its n-best is one hypothesis)."""
 
-    seed: int = field(
-        default=1234,
-        metadata=option(
-            "Seed of the prefix-noise draws and of the samples.",
-            values=values_of(DecodeConfig, "seed"),
-        ),
+    seed: int = setting(
+        1234,
+        "Seed of the prefix-noise draws and of the samples.",
+        values=values_of(DecodeConfig, "seed"),
     )
-    data: str | None = field(
-        default=None,
-        metadata=option("Corpus (as for train). Default: the data the run was trained on."),
+    data: str | None = setting(
+        None, "Corpus (as for train). Default: the data the run was trained on."
     )
-    src: str | None = field(default=None, metadata=option("Source language. Default: the run's."))
-    tgt: str | None = field(default=None, metadata=option("Target language. Default: the run's."))
-    src_file: Path | None = field(
-        default=None,
-        metadata=option(
-            "Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair of the"
-            " two files, in order, instead of --data.",
-            path=True,
-        ),
+    src: str | None = setting(None, "Source language. Default: the run's.")
+    tgt: str | None = setting(None, "Target language. Default: the run's.")
+    src_file: Path | None = setting(
+        None,
+        "Plain source file (e.g. newstest2014.de): with --tgt-file, score every pair of the"
+        " two files, in order, instead of --data.",
+        path=True,
     )
-    tgt_file: Path | None = field(
-        default=None,
-        metadata=option("Plain target file, line by line with --src-file.", path=True),
+    tgt_file: Path | None = setting(
+        None, "Plain target file, line by line with --src-file.", path=True
     )
-    split: str = field(
-        default="test",
-        metadata=option(
-            "train, valid, test, or all: every pair of --data, in order.", values=OneOf(EVAL_SPLITS)
-        ),
+    split: str = setting(
+        "test",
+        "train, valid, test, or all: every pair of --data, in order.",
+        values=OneOf(EVAL_SPLITS),
     )
-    limit: int | None = field(
-        default=None,
-        metadata=option("Evaluate only the first N sentence pairs.", values=Range(1)),
-    )
+    limit: int | None = setting(None, "Evaluate only the first N sentence pairs.", values=Range(1))
 
     def data_fields(self) -> dict[str, Any]:
         """The data and split as ``EvalRequest`` names them."""
@@ -76,48 +73,29 @@ class DistillOptions:
     pairs, searched with ``beam`` and ``alpha``, ``chunk_size`` pairs at a time (each written
     whole: a run that stops resumes from the last), ``mix``: the original pairs kept too."""
 
-    data: str | None = field(
-        default=None,
-        metadata=option("Corpus (as for train). Default: the data the teacher was trained on."),
+    data: str | None = setting(
+        None, "Corpus (as for train). Default: the data the teacher was trained on."
     )
-    src: str | None = field(default=None, metadata=option("Source language. Default: the run's."))
-    tgt: str | None = field(default=None, metadata=option("Target language. Default: the run's."))
-    beam: int = field(
-        default=5,
-        metadata=option(
-            "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
-        ),
+    src: str | None = setting(None, "Source language. Default: the run's.")
+    tgt: str | None = setting(None, "Target language. Default: the run's.")
+    beam: int = setting(
+        5, "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
     )
-    alpha: float | None = field(
-        default=None,
-        metadata=option(
-            "GNMT length penalty, as for translate. Default: the teacher's --beam-alpha.",
-            values=values_of(DecodeConfig, "alpha"),
-        ),
+    alpha: float | None = setting(
+        None,
+        "GNMT length penalty, as for translate. Default: the teacher's --beam-alpha.",
+        values=values_of(DecodeConfig, "alpha"),
     )
-    mix: bool = field(
-        default=False,
-        metadata=option("Keep the original training pairs too, after the teacher's."),
+    mix: bool = setting(False, "Keep the original training pairs too, after the teacher's.")
+    limit: int | None = setting(None, "Distill only the first N training pairs.", values=Range(1))
+    chunk_size: int = setting(
+        2000,
+        "Pairs translated (sorted by length into batches) and written at a time: a stopped"
+        " run resumes after the last chunk written.",
+        values=Range(1, 1_000_000),
     )
-    limit: int | None = field(
-        default=None,
-        metadata=option("Distill only the first N training pairs.", values=Range(1)),
-    )
-    chunk_size: int = field(
-        default=2000,
-        metadata=option(
-            "Pairs translated (sorted by length into batches) and written at a time: a stopped"
-            " run resumes after the last chunk written.",
-            values=Range(1, 1_000_000),
-        ),
-    )
-    max_tokens: int = field(
-        default=4096, metadata=option("Source tokens per batch.", values=Range(1))
-    )
-    force: bool = field(
-        default=False,
-        metadata=option("Distill again into a folder that holds a finished distillation."),
-    )
+    max_tokens: int = setting(4096, "Source tokens per batch.", values=Range(1))
+    force: bool = setting(False, "Distill again into a folder that holds a finished distillation.")
 
     def __post_init__(self) -> None:
         check_values(self)
@@ -141,36 +119,24 @@ class AttentionOptions:
     and ``head``) of the translation that ``beam`` finds, and for a run trained on toy each
     head's alignment accuracy on ``align_sentences`` toy test sentences (``align``)."""
 
-    kind: str = field(
-        default="cross",
-        metadata=option(
-            "cross (target -> source), encoder or decoder self-attention.",
-            values=OneOf(("cross", "encoder", "decoder")),
-        ),
+    kind: str = setting(
+        "cross",
+        "cross (target -> source), encoder or decoder self-attention.",
+        values=OneOf(("cross", "encoder", "decoder")),
     )
-    layer: str = field(
-        default="last",
-        metadata=option("Layer number (from 1), last or all.", values=numbered("last", "all")),
+    layer: str = setting(
+        "last", "Layer number (from 1), last or all.", values=numbered("last", "all")
     )
-    head: str = field(
-        default="all",
-        metadata=option("Head number (from 1), mean or all.", values=numbered("mean", "all")),
+    head: str = setting("all", "Head number (from 1), mean or all.", values=numbered("mean", "all"))
+    beam: int = setting(
+        1,
+        "Beam size (1 = greedy); the best is shown.",
+        flags=("--beam", "-k"),
+        values=Range(1, MAX_BEAM),
     )
-    beam: int = field(
-        default=1,
-        metadata=option(
-            "Beam size (1 = greedy); the best is shown.",
-            flags=("--beam", "-k"),
-            values=Range(1, MAX_BEAM),
-        ),
-    )
-    align: bool = field(
-        default=True,
-        metadata=option("Score cross-attention heads against the toy gold alignments."),
-    )
-    align_sentences: int = field(
-        default=200,
-        metadata=option("Toy test sentences for the alignment accuracy.", values=Range(1)),
+    align: bool = setting(True, "Score cross-attention heads against the toy gold alignments.")
+    align_sentences: int = setting(
+        200, "Toy test sentences for the alignment accuracy.", values=Range(1)
     )
 
     def __post_init__(self) -> None:
@@ -182,18 +148,12 @@ class Limits:
     """What one request to the server may ask for; past them it gets a 4xx answer (503 past
     ``timeout``)."""
 
-    max_chars: int = field(default=1000, metadata=option("Characters per text.", values=Range(1)))
-    max_texts: int = field(default=64, metadata=option("Texts per request.", values=Range(1)))
-    max_body: int = field(
-        default=1 << 20, metadata=option("Bytes per request body.", values=Range(1))
-    )
-    max_beam: int = field(  # beam and nbest range from 1
-        default=16,
-        metadata=option("Largest beam (and n-best).", values=Range(1, MAX_BEAM)),
-    )
-    timeout: float = field(  # from arrival to answer
-        default=30.0,
-        metadata=option("Seconds a request may wait and run (then 503).", values=Range(0.001)),
+    max_chars: int = setting(1000, "Characters per text.", values=Range(1))
+    max_texts: int = setting(64, "Texts per request.", values=Range(1))
+    max_body: int = setting(1 << 20, "Bytes per request body.", values=Range(1))
+    max_beam: int = setting(16, "Largest beam (and n-best).", values=Range(1, MAX_BEAM))
+    timeout: float = setting(
+        30.0, "Seconds a request may wait and run (then 503).", values=Range(0.001)
     )
 
     def __post_init__(self) -> None:
@@ -205,16 +165,12 @@ class ServeOptions(Limits):
     """``tformer serve``: where it listens, how requests are gathered into a decoding batch
     (``max_tokens`` source tokens, waiting ``wait_ms``), and the ``Limits`` of one request."""
 
-    host: str = field(default="127.0.0.1", metadata=option("Address to listen on (0.0.0.0: all)."))
-    port: int = field(default=8000, metadata=option("Port to listen on.", values=Range(1, 65535)))
-    max_tokens: int = field(
-        default=4096,
-        metadata=option("Source tokens gathered into one decoding batch.", values=Range(1)),
+    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0: all).")
+    port: int = setting(8000, "Port to listen on.", values=Range(1, 65535))
+    max_tokens: int = setting(
+        4096, "Source tokens gathered into one decoding batch.", values=Range(1)
     )
-    wait_ms: float = field(
-        default=5.0,
-        metadata=option("How long a batch waits for more requests (ms).", values=Range(0)),
-    )
+    wait_ms: float = setting(5.0, "How long a batch waits for more requests (ms).", values=Range(0))
 
     @property
     def limits(self) -> Limits:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from tformer_cli.config.fields import OneOf, Range, check_values, option, values
+from tformer_cli.config.fields import OneOf, Range, check_values, setting, values
 from tformer_cli.errors import SettingError
 
 Positional = Literal["sinusoidal", "learned"]
@@ -21,31 +21,22 @@ class ModelConfig:
     """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
 
     vocab_size: int
-    d_model: int = field(default=128, metadata=option("Model width d_model.", values=SIZE))
-    h: int = field(default=4, metadata=option("Attention heads h.", "heads", values=SIZE))
-    d_ff: int = field(
-        default=512, metadata=option("Inner width of the feed-forward layers.", values=SIZE)
-    )
-    n_encoder_layers: int = field(
-        default=2, metadata=option("Encoder and decoder layers (each).", "layers", values=SIZE)
-    )
+    d_model: int = setting(128, "Model width d_model.", values=SIZE)
+    h: int = setting(4, "Attention heads h.", "heads", values=SIZE)
+    d_ff: int = setting(512, "Inner width of the feed-forward layers.", values=SIZE)
+    n_encoder_layers: int = setting(2, "Encoder and decoder layers (each).", "layers", values=SIZE)
     # the same option as n_encoder_layers: --layers sets both stacks
     n_decoder_layers: int = field(default=2, metadata={"option": "layers", **values(SIZE)})
-    dropout: float = field(
-        default=0.2,
-        metadata=option("Dropout on embeddings and sublayers.", values=Range(0, 1, high_open=True)),
+    dropout: float = setting(
+        0.2, "Dropout on embeddings and sublayers.", values=Range(0, 1, high_open=True)
     )
-    positional: Positional = field(
-        default="sinusoidal",
-        metadata=option("sinusoidal or learned.", values=OneOf(get_args(Positional))),
+    positional: Positional = setting(
+        "sinusoidal", "sinusoidal or learned.", values=OneOf(get_args(Positional))
     )
-    norm: Norm = field(
-        default="post",
-        metadata=option("post: LayerNorm(x + f(x)) (paper), or pre.", values=OneOf(get_args(Norm))),
+    norm: Norm = setting(
+        "post", "post: LayerNorm(x + f(x)) (paper), or pre.", values=OneOf(get_args(Norm))
     )
-    tie_embeddings: bool = field(
-        default=True, metadata=option("Tie embeddings and output layer.", "tie")
-    )
+    tie_embeddings: bool = setting(True, "Tie embeddings and output layer.", "tie")
     max_positions: int = 1024
     # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
     activation: Activation = field(default="relu", metadata=values(OneOf(ACTIVATIONS)))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from tformer_cli.config.decode import MAX_SEED
-from tformer_cli.config.fields import MODES, OneOf, Range, check_values, from_dict, option
+from tformer_cli.config.fields import MODES, OneOf, Range, check_values, from_dict, setting
 from tformer_cli.config.model import ModelConfig
 from tformer_cli.errors import SettingError, TformerError
 
@@ -35,190 +35,123 @@ class TrainConfig:
     """Everything `tformer train` needs besides the model shape."""
 
     # "files" when the data are the plain parallel files below
-    data: str = field(
-        default="toy",
-        metadata=option(
-            "toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG] (or --src-file and"
-            " --tgt-file)."
-        ),
+    data: str = setting(
+        "toy",
+        "toy (bundled), a folder, a .tsv/.jsonl file, or hf:NAME[:CONFIG] (or --src-file and"
+        " --tgt-file).",
     )
-    src_lang: str | None = field(
-        default=None, metadata=option("Source language suffix of plain files.", "src")
-    )
-    tgt_lang: str | None = field(
-        default=None, metadata=option("Target language suffix of plain files.", "tgt")
-    )
+    src_lang: str | None = setting(None, "Source language suffix of plain files.", "src")
+    tgt_lang: str | None = setting(None, "Target language suffix of plain files.", "tgt")
     # with tgt_file: plain parallel files, the train split
-    src_file: str | None = field(
-        default=None,
-        metadata=option(
-            "Plain source file (one sentence a line, e.g. train.de), the train split with"
-            " --tgt-file, instead of --data; valid/test are carved from it unless given.",
-            path=True,
-        ),
+    src_file: str | None = setting(
+        None,
+        "Plain source file (one sentence a line, e.g. train.de), the train split with"
+        " --tgt-file, instead of --data; valid/test are carved from it unless given.",
+        path=True,
     )
-    tgt_file: str | None = field(
-        default=None, metadata=option("Plain target file, line by line with --src-file.", path=True)
+    tgt_file: str | None = setting(
+        None, "Plain target file, line by line with --src-file.", path=True
     )
     # with valid_tgt_file: the valid split, from any data
-    valid_src_file: str | None = field(
-        default=None,
-        metadata=option("Plain source file of the valid split, with --valid-tgt-file.", path=True),
+    valid_src_file: str | None = setting(
+        None, "Plain source file of the valid split, with --valid-tgt-file.", path=True
     )
-    valid_tgt_file: str | None = field(
-        default=None, metadata=option("Plain target file of the valid split.", path=True)
-    )
-    vocab_size: int = field(
-        default=1000, metadata=option("Shared subword vocabulary size.", values=Range(1, MAX_VOCAB))
-    )
-    tokenizer_kind: str = field(
-        default="bpe",
-        metadata=option("bpe, unigram or wordlevel.", "tokenizer", values=OneOf(TOKENIZERS)),
+    valid_tgt_file: str | None = setting(None, "Plain target file of the valid split.", path=True)
+    vocab_size: int = setting(1000, "Shared subword vocabulary size.", values=Range(1, MAX_VOCAB))
+    tokenizer_kind: str = setting(
+        "bpe", "bpe, unigram or wordlevel.", "tokenizer", values=OneOf(TOKENIZERS)
     )
     # sentences the tokenizer trains on at most (0: all)
-    tokenizer_sample: int = field(
-        default=1_000_000,
-        metadata=option("Train the tokenizer on at most N sentences (0: all).", values=AT_LEAST_0),
+    tokenizer_sample: int = setting(
+        1_000_000, "Train the tokenizer on at most N sentences (0: all).", values=AT_LEAST_0
     )
     # a ready tokenizer (absolute path) instead of training one
-    tokenizer_file: str | None = field(
-        default=None,
-        metadata=option(
-            "Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with <pad>=0"
-            " <unk>=1 <s>=2 </s>=3) instead of training one.",
-            path=True,
-        ),
+    tokenizer_file: str | None = setting(
+        None,
+        "Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with <pad>=0"
+        " <unk>=1 <s>=2 </s>=3) instead of training one.",
+        path=True,
     )
     # a run (absolute path) whose model.pt the weights start from
-    init_from: str | None = field(
-        default=None,
-        metadata=option(
-            "Fine-tune: start from this run's weights and tokenizer, with its model settings (a"
-            " new optimizer and schedule).",
-            path=True,
-        ),
+    init_from: str | None = setting(
+        None,
+        "Fine-tune: start from this run's weights and tokenizer, with its model settings (a"
+        " new optimizer and schedule).",
+        path=True,
     )
-    max_tokens: int = field(
-        default=2048, metadata=option("Batch size in padded tokens.", values=AT_LEAST_1)
-    )
-    max_len: int = field(
-        default=256, metadata=option("Skip longer training pairs (tokens).", values=AT_LEAST_1)
-    )
-    lr: float = field(
-        default=2e-3, metadata=option("Peak learning rate (AdamW).", values=Range(0, low_open=True))
-    )
-    warmup: int = field(
-        default=200, metadata=option("Warm-up steps, then --decay.", values=AT_LEAST_1)
-    )
+    max_tokens: int = setting(2048, "Batch size in padded tokens.", values=AT_LEAST_1)
+    max_len: int = setting(256, "Skip longer training pairs (tokens).", values=AT_LEAST_1)
+    lr: float = setting(2e-3, "Peak learning rate (AdamW).", values=Range(0, low_open=True))
+    warmup: int = setting(200, "Warm-up steps, then --decay.", values=AT_LEAST_1)
     # after warm-up: auto = linear to 0 at the end of --max-minutes (Li et al. 2020), else rsqrt
-    decay: str = field(
-        default="auto",
-        metadata=option(
-            "After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end of"
-            " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt).",
-            values=OneOf(DECAYS),
-        ),
+    decay: str = setting(
+        "auto",
+        "After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end of"
+        " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt).",
+        values=OneOf(DECAYS),
     )
-    label_smoothing: float = field(
-        default=0.1, metadata=option("Label smoothing.", values=Range(0, 1, high_open=True))
-    )
-    clip_norm: float = field(
-        default=1.0, metadata=option("Max gradient norm (0: off).", values=AT_LEAST_0)
-    )
-    accum: int = field(default=1, metadata=option("Batches per update.", values=AT_LEAST_1))
-    max_steps: int = field(
-        default=0, metadata=option("Stop after N updates (0: none).", values=AT_LEAST_0)
-    )
-    max_epochs: int = field(
-        default=6, metadata=option("Stop after N epochs (0: none).", "epochs", values=AT_LEAST_0)
-    )
-    max_minutes: float = field(
-        default=0.0, metadata=option("Stop after this time.", values=AT_LEAST_0)
-    )
-    valid_every: int = field(
-        default=250, metadata=option("Validate every N updates.", values=AT_LEAST_1)
-    )
-    valid_bleu_size: int = field(
-        default=300, metadata=option("Validation sentences for BLEU.", values=AT_LEAST_1)
-    )
+    label_smoothing: float = setting(0.1, "Label smoothing.", values=Range(0, 1, high_open=True))
+    clip_norm: float = setting(1.0, "Max gradient norm (0: off).", values=AT_LEAST_0)
+    accum: int = setting(1, "Batches per update.", values=AT_LEAST_1)
+    max_steps: int = setting(0, "Stop after N updates (0: none).", values=AT_LEAST_0)
+    max_epochs: int = setting(6, "Stop after N epochs (0: none).", "epochs", values=AT_LEAST_0)
+    max_minutes: float = setting(0.0, "Stop after this time.", values=AT_LEAST_0)
+    valid_every: int = setting(250, "Validate every N updates.", values=AT_LEAST_1)
+    valid_bleu_size: int = setting(300, "Validation sentences for BLEU.", values=AT_LEAST_1)
     # minutes of training between saves of last.pt besides validations
-    save_every: float = field(
-        default=5.0,
-        metadata=option(
-            "Save last.pt at least every N minutes, besides each validation (0: only at"
-            " validations). A killed run loses at most this much work.",
-            values=AT_LEAST_0,
-        ),
+    save_every: float = setting(
+        5.0,
+        "Save last.pt at least every N minutes, besides each validation (0: only at"
+        " validations). A killed run loses at most this much work.",
+        values=AT_LEAST_0,
     )
-    patience: int = field(
-        default=0,
-        metadata=option("Early stop after N validations without gain (0: off).", values=AT_LEAST_0),
+    patience: int = setting(
+        0, "Early stop after N validations without gain (0: off).", values=AT_LEAST_0
     )
     # keep the last N validation checkpoints, average them at the end (0: off)
-    average: int = field(
-        default=0,
-        metadata=option(
-            "Keep the last N validation checkpoints; at the end their mean becomes model.pt if it"
-            " validates at least as well as the best one (0: off).",
-            values=AT_LEAST_0,
-        ),
+    average: int = setting(
+        0,
+        "Keep the last N validation checkpoints; at the end their mean becomes model.pt if it"
+        " validates at least as well as the best one (0: off).",
+        values=AT_LEAST_0,
     )
     # the length penalty of this run's beam search unless --alpha is given
-    beam_alpha: float = field(
-        default=0.6,
-        metadata=option(
-            "The length penalty (GNMT alpha) of this run's beam search when translate, eval or"
-            " serve is given no --alpha.",
-            values=AT_LEAST_0,
-        ),
+    beam_alpha: float = setting(
+        0.6,
+        "The length penalty (GNMT alpha) of this run's beam search when translate, eval or"
+        " serve is given no --alpha.",
+        values=AT_LEAST_0,
     )
-    seed: int = field(default=1234, metadata=option("Random seed.", values=Range(0, MAX_SEED)))
-    precision: str = field(
-        default="auto",
-        metadata=option(
-            "fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it).",
-            values=OneOf(PRECISIONS),
-        ),
+    seed: int = setting(1234, "Random seed.", values=Range(0, MAX_SEED))
+    precision: str = setting(
+        "auto",
+        "fp32, bf16 (autocast) or auto (bf16 where the hardware is fast at it).",
+        values=OneOf(PRECISIONS),
     )
-    device: str = field(
-        default="auto",
-        metadata=option("auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)),
+    device: str = setting(
+        "auto", "auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)
     )
     # torch.compile the forward and loss: on, off, or auto (where it pays)
-    compile: str = field(
-        default="auto",
-        metadata=option(
-            "torch.compile the forward pass and loss: on, off, or auto (eager: compiling was no"
-            " faster, on CPU or CUDA: docs/speed.md).",
-            values=OneOf(MODES),
-        ),
+    compile: str = setting(
+        "auto",
+        "torch.compile the forward pass and loss: on, off, or auto (eager: compiling was no"
+        " faster, on CPU or CUDA: docs/speed.md).",
+        values=OneOf(MODES),
     )
-    scheduled_sampling: str = field(
-        default="off",
-        metadata=option(
-            "Scheduled sampling: off, linear, exp or inverse-sigmoid.", values=OneOf(SCHEDULES)
-        ),
+    scheduled_sampling: str = setting(
+        "off", "Scheduled sampling: off, linear, exp or inverse-sigmoid.", values=OneOf(SCHEDULES)
     )
-    ss_k: float | None = field(
-        default=None,
-        metadata=option(
-            "Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k)).",
-            values=Range(),
-        ),
+    ss_k: float | None = setting(
+        None,
+        "Schedule constant: linear 1-k*i, exp k^i, inverse-sigmoid k/(k+e^(i/k)).",
+        values=Range(),
     )
-    ss_min: float = field(
-        default=0.0, metadata=option("Floor of the linear schedule.", values=Range(0, 1))
+    ss_min: float = setting(0.0, "Floor of the linear schedule.", values=Range(0, 1))
+    ss_warmup: int = setting(0, "Updates of pure teacher forcing first.", values=AT_LEAST_0)
+    ss_mix: str = setting(
+        "argmax", "Model tokens by argmax or sample.", values=OneOf(("argmax", "sample"))
     )
-    ss_warmup: int = field(
-        default=0, metadata=option("Updates of pure teacher forcing first.", values=AT_LEAST_0)
-    )
-    ss_mix: str = field(
-        default="argmax",
-        metadata=option("Model tokens by argmax or sample.", values=OneOf(("argmax", "sample"))),
-    )
-    ss_tau: float = field(
-        default=1.0, metadata=option("Sampling temperature.", values=Range(0, low_open=True))
-    )
+    ss_tau: float = setting(1.0, "Sampling temperature.", values=Range(0, low_open=True))
 
     def __post_init__(self) -> None:
         check_values(self)
