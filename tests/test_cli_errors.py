@@ -219,10 +219,10 @@ def test_a_parsed_option_takes_the_values_of_the_setting_it_sets():
 
 
 def test_export_quantizations_are_ctranslate2_s():
-    from tformer_cli.cli.tools import QUANTIZATIONS
+    from tformer_cli.config import QUANTIZATIONS
 
     ct2 = pytest.importorskip("tformer_cli.interop.ct2")
-    assert ct2.QUANTIZATIONS == QUANTIZATIONS
+    assert ct2.QUANTIZATIONS is QUANTIZATIONS  # declared once, in config
 
 
 # ---------------------------------------------------------------------------- a SettingError

@@ -137,18 +137,12 @@ SHARED_NAMES = {
     "S": "a type variable (of a settings class), local to the module that declares it",
     "main": "an entry point's conventional name (python -m, the console script)",
     "F": "a type variable (of a decorated function), local to the module that declares it",
-    "QUANTIZATIONS": "owned elsewhere: cli/tools.py restates interop/ct2.py's list",
-    "ACTIVATIONS": "owned elsewhere: config/model.py and model/layers.py",
     "FORMAT": "owned elsewhere: checkpoint.py and decode/fast/aot.py",
     "KINDS": "the kinds of attention maps (report/attention) and of tokenizers (data/tokenizer.py)",
     "SCHEDULES": "owned elsewhere: config/train.py and training/scheduled_sampling.py",
     "bleu": "owned elsewhere: training imports report's corpus BLEU; decode/mbr.py's sentence BLEU",
-    "evaluate": "owned elsewhere: cli/evaluate.py's command vs report/evaluation.py's",
-    "inspect_attention": "owned elsewhere: cli/decode.py and api/decoding.py wrap report's",
-    "train": "owned elsewhere: api/training.py and cli/train.py",
     "beam_search": "owned elsewhere: decode/reference.py and decode/search.py",
     "greedy_search": "owned elsewhere: decode/reference.py and decode/search.py",
-    "search": "owned elsewhere: decode/search.py and serve.py",
     "load": "owned elsewhere: api/run.py and decode/fast/aot.py",
 }
 LEARN = "learn"  # the exercises re-define the package's functions on purpose, to be checked

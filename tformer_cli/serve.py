@@ -342,7 +342,7 @@ async def one_line_422(request: Request, e: RequestValidationError) -> JSONRespo
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def search(options: type, **settings: Any) -> DecodeConfig:
+def request_search(options: type, **settings: Any) -> DecodeConfig:
     """The search a request asks for, as the settings object ``options`` (``DecodeOptions``,
     ``TraceOptions``) builds it; a setting against its rules (``nbest`` above ``beam``) is a
     422 naming its field, as the request's schema names the others."""
@@ -413,7 +413,7 @@ def create_app(
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]
-        cfg = search(DecodeOptions, beam=body.beam, alpha=body.alpha, nbest=body.nbest)
+        cfg = request_search(DecodeOptions, beam=body.beam, alpha=body.alpha, nbest=body.nbest)
         tokens = count_tokens(body.texts, "texts")
         return {"translations": await answer(Job(body.texts, cfg, tokens))}
 
@@ -425,7 +425,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = search(DecodeOptions, beam=body.beam, alpha=body.alpha)
+        cfg = request_search(DecodeOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, attention=True))
 
     @app.post("/trace", summary="The step-through search of one text: `translate --trace`")
@@ -433,7 +433,7 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "text: nothing to translate: the text is empty")
         tokens = count_tokens([body.text], "text")
-        cfg = search(TraceOptions, beam=body.beam, alpha=body.alpha)
+        cfg = request_search(TraceOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, trace=body.top))
 
     @app.get("/health", summary="Liveness and counters")

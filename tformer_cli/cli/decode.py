@@ -305,7 +305,7 @@ class InspectAttention(AttentionOptions):
 
 
 @command(InspectAttention, "inspect-attention")
-def inspect_attention(v: InspectAttention) -> None:
+def inspect_attention_command(v: InspectAttention) -> None:
     """Translate a sentence and show what every attention head looks at.
 
     Prints a heatmap per head (rows: target tokens, columns: source tokens for cross-attention)

@@ -45,7 +45,7 @@ class Evaluate(EvalOptions):
 
 
 @command(Evaluate, "eval", skip=NOT_EVALUATED)
-def evaluate(v: Evaluate) -> None:
+def eval_command(v: Evaluate) -> None:
     """Score a run: BLEU and chrF (greedy and beam), teacher-forced loss, and exposure bias.
 
     The exposure-bias sections: the BLEU gap between teacher-forced argmax and greedy output,

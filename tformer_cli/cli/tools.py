@@ -10,13 +10,9 @@ import typer
 
 from tformer_cli.cli.app import check_engine, err, out, positional, tokenizer_app, wrote
 from tformer_cli.cli.options import command, legacy_run, shared
-from tformer_cli.config import OneOf, ServeOptions, TrainConfig, setting
+from tformer_cli.config import QUANTIZATIONS, OneOf, ServeOptions, TrainConfig, setting
 from tformer_cli.config.fields import values_of
 from tformer_cli.engines import interop_packages
-
-# CTranslate2's weight types (interop.ct2.QUANTIZATIONS, which imports ctranslate2)
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- serve

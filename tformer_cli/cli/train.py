@@ -90,10 +90,10 @@ def given(ctx: typer.Context, values: dict[str, Any], names: Iterable[str]) -> d
     return {o: values[o] for o in known if sources[o].name != "DEFAULT"}
 
 
-@app.command(cls=Command)
+@app.command("train", cls=Command)
 @friendly_errors
 @with_options(TRAIN)
-def train(ctx: typer.Context, **values: Any) -> None:
+def train_command(ctx: typer.Context, **values: Any) -> None:
     """Train a tokenizer and a Transformer, then report test BLEU (greedy, sacrebleu).
 
     Validates every --valid-every updates (loss, perplexity, greedy BLEU), keeps the best model

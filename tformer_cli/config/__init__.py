@@ -3,16 +3,7 @@
 a user gives each job (``decode``, ``jobs``), declared once for every face; and the values each
 field may hold (``Range``, ``OneOf``, ``Pattern``)."""
 
-from tformer_cli.config.decode import (
-    MAX_BEAM,
-    MAX_HYPOTHESES,
-    MAX_LENGTH,
-    MAX_SEED,
-    DecodeConfig,
-    DecodeOptions,
-    SamplingConfig,
-    TraceOptions,
-)
+from tformer_cli.config.decode import DecodeConfig, DecodeOptions, SamplingConfig, TraceOptions
 from tformer_cli.config.fields import (
     MODES,
     OneOf,
@@ -25,44 +16,34 @@ from tformer_cli.config.fields import (
 )
 from tformer_cli.config.jobs import (
     NOT_EVALUATED,
+    QUANTIZATIONS,
     AttentionOptions,
     DistillOptions,
     EvalOptions,
     Limits,
     ServeOptions,
 )
-from tformer_cli.config.model import ACTIVATIONS, Activation, ModelConfig, Norm, Positional
+from tformer_cli.config.model import ModelConfig
 from tformer_cli.config.train import (
-    DECAYS,
     DEVICES,
     MAX_VOCAB,
     PRECISIONS,
     RECIPES,
-    TOKENIZERS,
     TRAIN_OPTIONS,
     TrainConfig,
-    TrainOption,
     load_recipe,
     option_of,
-    train_options,
 )
 
 __all__ = [
-    "ACTIVATIONS",
-    "DECAYS",
     "DEVICES",
-    "MAX_BEAM",
-    "MAX_HYPOTHESES",
-    "MAX_LENGTH",
-    "MAX_SEED",
     "MAX_VOCAB",
     "MODES",
     "NOT_EVALUATED",
     "PRECISIONS",
+    "QUANTIZATIONS",
     "RECIPES",
-    "TOKENIZERS",
     "TRAIN_OPTIONS",
-    "Activation",
     "AttentionOptions",
     "DecodeConfig",
     "DecodeOptions",
@@ -70,21 +51,17 @@ __all__ = [
     "EvalOptions",
     "Limits",
     "ModelConfig",
-    "Norm",
     "OneOf",
     "Pattern",
-    "Positional",
     "Range",
     "SamplingConfig",
     "ServeOptions",
     "TraceOptions",
     "TrainConfig",
-    "TrainOption",
     "Values",
     "from_dict",
     "load_recipe",
     "option",
     "option_of",
     "setting",
-    "train_options",
 ]

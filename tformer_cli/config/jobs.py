@@ -23,6 +23,9 @@ from tformer_cli.config.fields import (
 EVAL_SPLITS = ("train", "valid", "test", "all")  # a corpus's splits, or every pair of it
 # The search's settings that an evaluation has not: it scores the best hypothesis.
 NOT_EVALUATED = ("nbest",)
+# CTranslate2's weight types (tformer export --quantization)
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from tformer_cli.errors import SettingError
 Positional = Literal["sinusoidal", "learned"]
 Norm = Literal["post", "pre"]
 Activation = Literal["relu", "silu"]
-ACTIVATIONS = ("relu", "silu")
 SIZE = Range(1)  # widths, heads, layers
 
 
@@ -39,7 +38,7 @@ class ModelConfig:
     tie_embeddings: bool = setting(True, "Tie embeddings and output layer.", "tie")
     max_positions: int = 1024
     # of the FFN: the paper's ReLU, or SiLU (Marian's swish)
-    activation: Activation = field(default="relu", metadata=values(OneOf(ACTIVATIONS)))
+    activation: Activation = field(default="relu", metadata=values(OneOf(get_args(Activation))))
     output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:

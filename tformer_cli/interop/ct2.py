@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from tformer_cli.checkpoint import TARGET_TOKENIZER, LoadedRun, load_run
+from tformer_cli.config import QUANTIZATIONS
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
@@ -26,10 +27,6 @@ from tformer_cli.interop.folder import write_folder
 from tformer_cli.model import Transformer
 from tformer_cli.model.attention import MultiHeadAttention
 
-QUANTIZATIONS = (
-    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-    "bfloat16",
-)  # fmt: skip
 ACTIVATION = {"relu": common_spec.Activation.RELU, "silu": common_spec.Activation.SWISH}
 LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default, which the model's LayerNorms keep
 CACHE = "ctranslate2"  # RUN/ctranslate2/<model.pt hash>-<quantization>/
