@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 import typer
 
 from tformer_cli.cli.app import Command, app, friendly_errors, from_options
-from tformer_cli.config import DEVICES, MODES, PRECISIONS, OneOf, Range, Values, option
+from tformer_cli.config import DEVICES, MODES, PRECISIONS, OneOf, Range, Values, setting
 from tformer_cli.config.decode import ENGINES
 from tformer_cli.config.fields import kind_of
 
@@ -38,11 +38,6 @@ class Parsed:
         if rule is not None:
             raise ValueError(f"{value!r} {rule}")
         return value
-
-
-def one_of(*choices: str) -> Parsed:
-    """The parser of an option that takes one of ``choices``."""
-    return Parsed(OneOf(choices))
 
 
 def parameter(name: str, hint: Any, default: Any, meta: Mapping[str, Any]) -> inspect.Parameter:
@@ -115,86 +110,68 @@ def command(
     return register
 
 
-# The options that several commands share, by name: (default, metadata).
-SHARED: dict[str, tuple[Any, dict[str, Any]]] = {
-    "model": (
-        None,
-        option("Run folder. Default: the newest run under runs/.", flags=("--model", "-m")),
+# The options that several commands share, by name.
+SHARED: dict[str, Any] = {
+    "model": setting(
+        None, "Run folder. Default: the newest run under runs/.", flags=("--model", "-m")
     ),
-    "models": (
+    "models": setting(
         None,
-        option(
-            "Run folder; several (-m A -m B) decode as an ensemble (mean of their next-token"
-            " probabilities; one shared tokenizer). Default: the newest run under runs/.",
-            flags=("--model", "-m"),
-        ),
+        "Run folder; several (-m A -m B) decode as an ensemble (mean of their next-token"
+        " probabilities; one shared tokenizer). Default: the newest run under runs/.",
+        flags=("--model", "-m"),
     ),
-    "device": ("auto", option("auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES))),
-    "precision": (
+    "device": setting("auto", "auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)),
+    "precision": setting(
         None,
-        option(
-            "fp32, bf16 (autocast), auto (bf16 where the hardware is fast at it). Default: the"
-            " precision the run was trained with.",
-            values=OneOf(PRECISIONS),
-        ),
+        "fp32, bf16 (autocast), auto (bf16 where the hardware is fast at it). Default: the"
+        " precision the run was trained with.",
+        values=OneOf(PRECISIONS),
     ),
-    "precision_int8": (
+    "precision_int8": setting(
         None,
-        option(
-            "fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the precision"
-            " the run was trained with.",
-            values=OneOf((*PRECISIONS, "int8")),
-        ),
+        "fp32, bf16, auto, or int8 (int8 weights, CPU only: faster). Default: the precision"
+        " the run was trained with.",
+        values=OneOf((*PRECISIONS, "int8")),
     ),
-    "compile": (
+    "compile": setting(
         "auto",
-        option(
-            "The decode step: auto (CUDA graphs on a GPU; on the CPU the compiled step, once"
-            " decoding runs long), on (compile it now) or off (eager).",
-            values=OneOf(MODES),
-        ),
+        "The decode step: auto (CUDA graphs on a GPU; on the CPU the compiled step, once"
+        " decoding runs long), on (compile it now) or off (eager).",
+        values=OneOf(MODES),
     ),
-    "engine": (
+    "engine": setting(
         "torch",
-        option(
-            "What decodes: torch (tformer's search) or ctranslate2 (the run's CTranslate2 export,"
-            " made on first use in RUN/ctranslate2/; there --alpha divides by |Y|^alpha, not by"
-            " GNMT's ((5+|Y|)/6)^alpha; no MBR, epsilon sampling or ensembles).",
-            values=OneOf(ENGINES),
-        ),
+        "What decodes: torch (tformer's search) or ctranslate2 (the run's CTranslate2 export,"
+        " made on first use in RUN/ctranslate2/; there --alpha divides by |Y|^alpha, not by"
+        " GNMT's ((5+|Y|)/6)^alpha; no MBR, epsilon sampling or ensembles).",
+        values=OneOf(ENGINES),
     ),
-    "threads": (
-        0,
-        option(
-            "CPU threads. 0: $TFORMER_THREADS, else the cores left idle.", values=Range(0, 1024)
-        ),
+    "threads": setting(
+        0, "CPU threads. 0: $TFORMER_THREADS, else the cores left idle.", values=Range(0, 1024)
     ),
-    "output": (
+    "output": setting(
+        None, "Write what would print to this file instead.", flags=("--output", "-o")
+    ),
+    "json_out": setting(
+        False, "Print every number, with its settings, as JSON instead.", flags=("--json",)
+    ),
+    "quiet": setting(False, "No progress bar or log lines.", flags=("--quiet", "-q")),
+    "use": setting(
         None,
-        option("Write what would print to this file instead.", flags=("--output", "-o")),
-    ),
-    "json_out": (
-        False,
-        option("Print every number, with its settings, as JSON instead.", flags=("--json",)),
-    ),
-    "quiet": (False, option("No progress bar or log lines.", flags=("--quiet", "-q"))),
-    "use": (
-        None,
-        option(
-            "Your own functions: a tformer learn exercises file (or its folder); each exercise"
-            " it passes replaces tformer's, on the eager step (--compile off)."
-        ),
+        "Your own functions: a tformer learn exercises file (or its folder); each exercise"
+        " it passes replaces tformer's, on the eager step (--compile off).",
     ),
 }
 
 
 def legacy_run(help: str = "Deprecated: use -m RUN.", metavar: str = "RUN") -> Any:
     """The field of the hidden argument of an old spelling, kept for a release."""
-    meta = option(help, argument=True, hidden=True, metavar=metavar)
-    return dataclasses.field(default=None, metadata=meta)
+    return setting(None, help, argument=True, hidden=True, metavar=metavar)
 
 
 def shared(name: str, help: str = "") -> Any:
     """The field of the shared option ``name``, its help replaced by ``help`` if given."""
-    default, meta = SHARED[name]
-    return dataclasses.field(default=default, metadata={**meta, "help": help or meta["help"]})
+    declared = SHARED[name]
+    meta = {**declared.metadata, "help": help or declared.metadata["help"]}
+    return dataclasses.field(default=declared.default, metadata=meta)
