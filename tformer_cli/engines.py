@@ -1,6 +1,5 @@
 """What decodes a run for the command line and the server: tformer's search (``None``), or the
-run's CTranslate2 export (``ctranslate2``, made on first use); and a missing package of those
-routes as a one-line error. Light to import: CTranslate2 loads when asked for."""
+run's CTranslate2 export (made on first use); CTranslate2 loads when asked for."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tformer_cli.config.decode import ENGINES
 from tformer_cli.errors import TformerError
 
 if TYPE_CHECKING:
@@ -29,24 +27,19 @@ def interop_packages() -> Iterator[None]:
         ) from None
 
 
-def engine_refusal(
-    engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True
-) -> str | None:
-    """Why ``engine`` cannot decode: an unknown name, or a search ``cfg`` of ``runs`` runs that
-    CTranslate2 cannot do (``cache``: with the KV cache); ``None`` where it can."""
-    if engine not in ENGINES:
-        return f"{engine!r}: use torch or ctranslate2"
-    if engine == "ctranslate2" and cfg is not None:
-        with interop_packages():
-            from tformer_cli.interop.engine import refusal
+def engine_refusal(engine: str, cfg: DecodeConfig, runs: int = 1, cache: bool = True) -> str | None:
+    """Why ``engine`` cannot decode the search ``cfg`` of ``runs`` runs (``cache``: with the KV
+    cache); ``None`` where it can."""
+    if engine != "ctranslate2":
+        return None
+    with interop_packages():
+        from tformer_cli.interop.engine import refusal
 
-        return refusal(cfg, runs, cache)
-    return None
+    return refusal(cfg, runs, cache)
 
 
 def load_engine(engine: str, run: LoadedRun) -> SourcesEngine | None:
-    """The run's CTranslate2 engine (its export made on first use) for ``ctranslate2``;
-    ``None`` (tformer's search) for torch."""
+    """The run's CTranslate2 engine for ``ctranslate2``; ``None`` (tformer's search) for torch."""
     if engine == "torch":
         return None
     with interop_packages():

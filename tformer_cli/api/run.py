@@ -49,7 +49,7 @@ SELECTION = ("layer", "head")
 
 
 def as_path(value: PathLike | None, argument: str) -> Path | None:
-    """``value`` as a Path; anything but a str or Path is a ``TformerError`` naming ``argument``."""
+    """``value`` as a Path; anything but a str or Path is an error naming ``argument``."""
     if value is None or isinstance(value, Path):
         return value
     if isinstance(value, str):
@@ -82,8 +82,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def settings(cls: type[S], given: dict[str, Any], skip: Collection[str] = ()) -> S:
-    """The settings object ``cls`` of the keywords ``given``: an unknown keyword, or a value
-    its fields refuse, is a ``TformerError`` naming it (``top_p=2.0: must be in (0, 1]``)."""
+    """The settings object ``cls`` of the keywords ``given``; an unknown keyword is an error."""
     names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]  # type: ignore[arg-type]
     unknown = sorted(set(given) - set(names))
     if unknown:
@@ -92,9 +91,8 @@ def settings(cls: type[S], given: dict[str, Any], skip: Collection[str] = ()) ->
 
 
 def takes(cls: type, skip: Collection[str] = ()) -> Callable[[F], F]:
-    """Show the fields of the settings object ``cls`` (``skip`` aside) as the keywords of a
-    method that takes them as ``**options`` (``settings``): its signature, for ``help()`` and a
-    notebook's completion."""
+    """Show the fields of ``cls`` (``skip`` aside) as the keywords of a method's ``**options``
+    (for ``help()`` and a notebook's completion)."""
 
     def attach(method: F) -> F:
         own = inspect.signature(method)
@@ -112,8 +110,7 @@ def takes(cls: type, skip: Collection[str] = ()) -> Callable[[F], F]:
 
 
 def count(name: str, value: Any) -> int:
-    """``value`` if it is a count (of tokens, lines: a whole number from 1), else a
-    ``SettingError`` naming ``name``."""
+    """``value`` if it is a whole number from 1, else a ``SettingError`` naming ``name``."""
     rule = refused_kind(int, value) or Range(1).refuses(value)
     if rule is not None:
         raise SettingError(name, value, rule)
@@ -121,8 +118,8 @@ def count(name: str, value: Any) -> int:
 
 
 def eval_request(options: EvalOptions, alpha: float, **where: Any) -> EvalRequest:
-    """The evaluation ``options`` ask for, with the length penalty ``alpha`` (theirs, or the
-    run's own), run where ``where`` says (``EvalRequest``'s device, precision, threads...)."""
+    """The evaluation ``options`` ask for, with the length penalty ``alpha``, run where
+    ``where`` says (``EvalRequest``'s device, precision, threads...)."""
     config = EvalConfig(options.search(alpha), seed=options.seed)
     return EvalRequest(**options.data_fields(), config=config, **where)
 
@@ -141,10 +138,6 @@ class Run:
         self.loaded = loaded
         self.alpha = run_alpha(alpha, loaded[0].config)
         self.use = use
-
-    def _swapped(self) -> contextlib.AbstractContextManager[None]:
-        """The learner's functions (``use``) in the models for a block; nothing without."""
-        return swapped(self.use)
 
     @property
     def path(self) -> Path:
@@ -168,7 +161,6 @@ class Run:
         return f"Run({names}, device={self.loaded[0].device}, alpha={self.alpha:g})"
 
     def _alpha(self, options: DecodeOptions | TraceOptions) -> float:
-        """The length penalty of ``options``: theirs, else the run's."""
         return self.alpha if options.alpha is None else options.alpha
 
     @takes(DecodeOptions)
@@ -181,7 +173,7 @@ class Run:
         cfg = asked.search(self._alpha(asked))
         batching = Batching(count("max_tokens", max_tokens))
         items = as_texts(texts)
-        with self._swapped():
+        with swapped(self.use):
             results = translate_texts(self.loaded, items, cfg, batching)
         pairs = [
             (r.source, h, t)
@@ -208,9 +200,8 @@ class Run:
         self, path: PathLike, out: PathLike, *, chunk_size: int = 2000, max_tokens: int = 4096,
         **options: Any,
     ) -> int:  # fmt: skip
-        """Translate each line of ``path`` into the same line of ``out``, ``chunk_size`` lines
-        at a time as ``tformer translate -f PATH -o OUT`` does (the best hypothesis of each);
-        returns the lines translated."""
+        """Translate each line of ``path`` into ``out`` as ``tformer translate -f PATH -o OUT``
+        does (the best hypothesis of each); returns the lines translated."""
         source, target = as_path(path, "path"), as_path(out, "out")
         asked = settings(DecodeOptions, options)
         batching = Batching(count("max_tokens", max_tokens))
@@ -221,11 +212,10 @@ class Run:
         return save_translations(target, chunks, "plain")
 
     def _forced(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
-        """Teacher-forced log p(y_t | x, y_<t) of each target token (ensemble: the mean of the
-        models' probabilities, as the search uses)."""
+        """Teacher-forced log p(y_t | x, y_<t) of each target token (an ensemble's mean)."""
         lead = self.loaded[0]
         out: list[list[float]] = []
-        with inference(lead.device, lead.dtype), self._swapped():
+        with inference(lead.device, lead.dtype), swapped(self.use):
             for i in range(0, len(sources), 64):
                 src = pad([[*s, EOS_ID] for s in sources[i : i + 64]]).to(lead.device)
                 tgt = targets[i : i + 64]
@@ -262,8 +252,8 @@ class Run:
 
     @takes(TraceOptions)
     def trace(self, text: str, **options: Any) -> TraceView:
-        """The step-through search of one text (``decode.trace``): every step's hypotheses,
-        their ``top`` next tokens (kept, pruned or finished), their cross-attention rows."""
+        """The step-through search of one text: every step's hypotheses, their ``top`` next
+        tokens (kept, pruned or finished), their cross-attention rows."""
         asked = settings(TraceOptions, options)
         lead = self.loaded[0]
         with inference(lead.device, lead.dtype):
@@ -287,7 +277,7 @@ class Run:
             targets = [self.tokenizer.token_to_id(p) for p in best.tokens]  # </s> included
         else:
             targets = [*encode(self.tgt_tokenizer, as_texts(target, "target"))[0], EOS_ID]
-        with inference(lead.device, lead.dtype), self._swapped():
+        with inference(lead.device, lead.dtype), swapped(self.use):
             maps = inspect_pair(lead.model, self.tokenizer, text, src_ids, targets)
         chosen = {f.name: getattr(asked, f.name) for f in dataclasses.fields(asked)}
         score, note = alignment(lead, AttentionRequest(**chosen))
@@ -310,7 +300,7 @@ class Run:
             asked, self._alpha(asked), device=str(lead.device), precision=precision_of(lead),
             threads=threads, compile=lead.compile,
         )  # fmt: skip
-        with threads_kept(), self._swapped():
+        with threads_kept(), swapped(self.use):
             done = evaluate_run(
                 lead.run_dir, request, keep=save, json_path=as_path(json_path, "json_path"),
                 hyp_path=as_path(hyp_path, "hyp_path"), quiet=quiet,
@@ -332,9 +322,8 @@ def precision_of(run: LoadedRun) -> str:
 
 
 def run_alpha(alpha: float | None, run: RunConfig | Path | None) -> float:
-    """The GNMT alpha of beam search: ``alpha`` if given, else the run's own ``beam_alpha``
-    (``run``: its config, or its folder or name, default the newest run). The one rule that
-    the commands and the API follow."""
+    """``alpha`` if given, else the run's own ``beam_alpha`` (``run``: its config, folder or
+    name; default the newest run)."""
     if alpha is not None:
         return alpha
     config = run if isinstance(run, RunConfig) else RunConfig.load(choose_run(run))
@@ -342,8 +331,7 @@ def run_alpha(alpha: float | None, run: RunConfig | Path | None) -> float:
 
 
 def own_precision(run: Path | None) -> str:
-    """The precision a run (default: the newest) was trained with: what every command and
-    ``load`` decode it with unless told otherwise."""
+    """The precision a run (default: the newest) was trained with, which decoding uses."""
     return RunConfig.load(choose_run(run)).train.precision
 
 
@@ -358,8 +346,7 @@ def load(
     penalty, default the run's ``beam_alpha``. ``use``: a ``tformer learn`` exercises file (or
     its folder, or a notebook's ``globals()``), checked; each exercise it passes replaces
     tformer's function while the run translates, on the eager step (``compile`` off):
-    ``Run.use.line()`` says which. Changes no
-    process-wide setting (see ``tformer_cli.setup``)."""
+    ``Run.use.line()`` says which. Changes no process-wide setting (see ``tformer_cli.setup``)."""
     many = list(run) if isinstance(run, (list, tuple)) else [run]
     paths = [as_path(r, "run") for r in many]
     for name, value in (("device", device), ("compile", compile)):

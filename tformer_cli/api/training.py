@@ -1,6 +1,5 @@
-"""Training and the runs folder from Python: ``train`` (as ``tformer train``), ``runs``,
-``compare``; and the steps of training it shares with ``tformer train``: its settings
-(``train_settings``) and the training (``run_training``)."""
+"""Training and the runs folder from Python: ``train``, ``runs``, ``compare``; and the steps of
+training it shares with ``tformer train`` (``train_settings``, ``run_training``)."""
 
 from __future__ import annotations
 
@@ -62,10 +61,9 @@ def train_settings(
     given: Mapping[str, Any], *, preset: str | None, resume: Path | None, name: str | None,
     runs_dir: Path, log: Console,
 ) -> tuple[ModelConfig, TrainConfig, Path]:  # fmt: skip
-    """The model and training settings and the run folder of ``tformer train``: a new run's
-    (the ``preset`` recipe, then the train options ``given``, by name), or a resumed one's own,
-    with the stopping rules and device given (a note on ``log`` names the options ignored). A
-    setting out of its range is a ``SettingError`` before the folder is chosen."""
+    """The model and training settings and the run folder: a new run's (the ``preset`` recipe,
+    then the options ``given``), or a resumed one's own with the stopping rules and device
+    given (``log`` names the options ignored)."""
     options = {o: v for o, v in given.items() if o in TRAIN_OPTIONS}
     if resume is not None:
         asked = {o: v for o, v in given.items() if o in TRAIN_OPTIONS or o in RUN_OPTIONS}
@@ -79,8 +77,7 @@ def train_settings(
 @dataclass(frozen=True)
 class Trained:
     """How ``run_training`` ended: its result, whether this process reports (rank 0), and the
-    exit status of an interruption (130; 0 in the workers of ``--nproc``, whose launcher says
-    130)."""
+    exit status of an interruption (130; 0 in the workers that ``--nproc`` launched)."""
 
     result: TrainResult
     main: bool
@@ -91,8 +88,7 @@ def run_training(
     run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,
     log: Console, tensorboard: Path | None = None, quiet: bool = False,
 ) -> Trained:  # fmt: skip
-    """Train the run in ``run_dir`` (``resume``: from its last.pt), logging on ``log``; Ctrl-C
-    saves and ends it, ``interrupted``."""
+    """Train the run in ``run_dir`` (``resume``: from its last.pt); Ctrl-C saves and ends it."""
     from tformer_cli.training.trainer import Trainer  # looked up when called
 
     trainer = Trainer(
@@ -163,8 +159,7 @@ def runs(folder: PathLike = "runs") -> list[RunInfo]:
 def compare(runs: Sequence[PathLike], *, quiet: bool = True, **options: Any) -> Comparison:
     """``tformer compare``: the runs on the same data with paired significance tests (the first
     is the baseline), each evaluated as ``EvalOptions`` say (``alpha``: default the first run's
-    ``beam_alpha``). Prints nothing: a notebook shows the comparison's tables, as ``print``
-    does."""
+    ``beam_alpha``). Prints nothing: a notebook, or ``print``, shows the comparison's tables."""
     from tformer_cli.report.compare import compare_runs
 
     paths = [as_path(r, "runs") for r in runs]

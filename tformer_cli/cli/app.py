@@ -262,9 +262,9 @@ def main_options(
 
 
 # ---------------------------------------------------------------------------- engines
-def check_engine(engine: str, cfg: DecodeConfig | None, runs: int = 1, cache: bool = True) -> None:
-    """A usage error for an unknown ``--engine``, or for a search ``cfg`` of ``runs`` runs that
-    CTranslate2 cannot do, before anything is loaded."""
+def check_engine(engine: str, cfg: DecodeConfig, runs: int = 1, cache: bool = True) -> None:
+    """A usage error for a search ``cfg`` of ``runs`` runs that ``--engine`` cannot do, before
+    anything is loaded (the option's values name the engines)."""
     why = engine_refusal(engine, cfg, runs, cache)
     if why is not None:
         raise typer.BadParameter(why, param_hint="--engine")

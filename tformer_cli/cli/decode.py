@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------------- translate
 def min_len_note(cfg: DecodeConfig) -> str | None:
-    """The note of a ``--min-len`` that the length limit cuts (``DecodeConfig.min_len_cut``),
-    naming the length used instead; None where none is cut."""
+    """The note of a ``--min-len`` that the length limit cuts; None where none is cut."""
     cut = cfg.min_len_cut()
     if cut is None:
         return None
@@ -55,8 +54,7 @@ def flag(help: str, *flags: str) -> Any:
 
 @dataclass(frozen=True)
 class Translate(DecodeOptions):
-    """``tformer translate``: the search (``DecodeOptions``), what to read and write, and where
-    it runs; ``--greedy`` is ``-k 1``."""
+    """``tformer translate``: the search, what to read and write, and where it runs."""
 
     texts: list[str] | None = setting(None, "Sentences to translate.", argument=True)
     model: list[Path] | None = shared("models")
@@ -131,9 +129,8 @@ def translate(v: Translate) -> None:
 
 
 def learner(path: Path | None, engine: str, quiet: bool, *, training: bool = False) -> Use | None:
-    """``--use``: the learner's file checked, its passing functions ready to swap in (those
-    that act in translation; ``training``: in training), and said so on stderr; None without
-    it."""
+    """``--use``: the learner's file checked, its passing functions ready to swap in (for
+    translation, or ``training``), and said so on stderr; None without it."""
     if path is None:
         return None
     if engine != "torch":
@@ -181,8 +178,8 @@ def run_translator(
 def read_inputs(
     texts: list[str] | None, file: Path | None, stdin: TextIO
 ) -> tuple[Iterable[str], int | None] | None:
-    """The texts to translate and their count if known: the arguments, the lines of a file
-    (``-``: stdin) or of piped ``stdin``, read as they come; ``None``: ask on the terminal."""
+    """The texts to translate (the arguments, a file's lines or piped ``stdin``'s) and their
+    count if known; ``None``: ask on the terminal."""
     from tformer_cli.decode.streams import check_arguments, count_lines, file_lines, read_lines
 
     if texts and file is not None:
@@ -203,8 +200,8 @@ def output_style(json_out: bool, nbest: int, scores: bool) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Translator:
-    """Loaded runs (an ensemble past one) with the search of a ``tformer translate`` and what
-    decodes (``engine``: ``None`` for tformer's search; ``use_cache``: its KV cache)."""
+    """Loaded runs (an ensemble past one), their search, and what decodes (``None``: tformer's
+    search, with its KV cache unless not ``use_cache``)."""
 
     runs: list[LoadedRun]
     cfg: DecodeConfig
@@ -212,8 +209,7 @@ class Translator:
     use_cache: bool = True
 
     def with_engine(self, engine: str) -> Translator:
-        """This translator decoding with ``engine``: torch, or ctranslate2 (the run's export,
-        made on first use)."""
+        """This translator decoding with ``engine``: torch or ctranslate2."""
         return dataclasses.replace(self, engine=load_engine(engine, self.runs[0]))
 
     def trace(self, path: Path, texts: Sequence[str]) -> None:
@@ -241,9 +237,8 @@ class Translator:
         output: Path | None, sink: BinaryIO, max_tokens: int, batch_size: int | None,
         chunk_size: int, quiet: bool,
     ) -> int:  # fmt: skip
-        """Translate ``lines`` ``chunk_size`` at a time, each chunk sorted by length into
-        batches, and write each chunk's lines as soon as they are ready: to ``sink``, or to
-        ``output`` whole at the end; a progress bar on ``log`` past 100 lines. The count."""
+        """Translate ``lines`` chunk by chunk into ``sink`` (or ``output``, whole at the end),
+        with a progress bar on ``log`` past 100 lines; returns the count."""
         from tformer_cli.console import make_progress
         from tformer_cli.decode import streams
         from tformer_cli.decode.translate import Batching
@@ -269,29 +264,20 @@ def open_translator(
     models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
     precision: str | None, compile: str, use_cache: bool, threads: int = 0,
 ) -> Translator:  # fmt: skip
-    """The runs loaded for ``tformer translate`` (default: the newest) with ``precision``
-    (default: the first run's own), the search ``cfg`` with ``alpha`` (default: the first run's
-    ``beam_alpha``), on ``threads`` CPU threads as ``tformer eval`` (``use_threads``);
-    tformer's search decodes until ``with_engine`` says otherwise."""
-    from tformer_cli.api.run import own_precision, run_alpha
-    from tformer_cli.checkpoint import load_runs
+    """The runs loaded as ``tformer.load`` loads them, with the search ``cfg`` and its length
+    penalty ``alpha`` (default: the first run's ``beam_alpha``)."""
+    from tformer_cli.api.run import load
     from tformer_cli.report.eval_run import use_threads
-    from tformer_cli.report.pick import choose_run
 
-    paths = [choose_run(m) for m in models or [None]]
-    precision = precision or own_precision(paths[0])
-    runs = load_runs(paths, device, precision, compile)
+    run = load(models or None, device=device, precision=precision, compile=compile, alpha=alpha)
     use_threads(threads)
-    if alpha is None:  # the first run's
-        cfg = dataclasses.replace(cfg, alpha=run_alpha(None, runs[0].config))
-    return Translator(runs, cfg, use_cache=use_cache)
+    return Translator(run.loaded, dataclasses.replace(cfg, alpha=run.alpha), use_cache=use_cache)
 
 
 # ---------------------------------------------------------------------------- inspect-attention
 @dataclass(frozen=True, kw_only=True)
 class InspectAttention(AttentionOptions):
-    """``tformer inspect-attention``: the maps to show (``AttentionOptions``) of one sentence,
-    where they go, and where the run is loaded."""
+    """``tformer inspect-attention``: the maps to show, where they go, where the run loads."""
 
     text: str = setting(MISSING, "The sentence to translate and inspect.", argument=True)
     model: Path | None = shared("model")
@@ -340,8 +326,7 @@ def inspect_attention_command(v: InspectAttention) -> None:
 # ---------------------------------------------------------------------------- distill
 @dataclass(frozen=True, kw_only=True)
 class Distill(DistillOptions):
-    """``tformer distill``: what the teacher translates and how (``DistillOptions``), the
-    teacher, the corpus folder written, and where it runs."""
+    """``tformer distill``: what the teacher translates and how, and where it runs."""
 
     model: Path | None = shared(
         "model", "The teacher's run folder. Default: the newest run under runs/."
@@ -399,7 +384,7 @@ def distill(v: Distill) -> None:
 
 
 def run_distill(teacher: Teacher, corpus: DatasetDict, name: str, v: Distill) -> dict[str, Any]:
-    """``decode.distill.distill_corpus`` with a progress bar on stderr; its record."""
+    """``distill_corpus`` with a progress bar on stderr; its record."""
     from tformer_cli.console import make_progress
     from tformer_cli.decode.distill import distill_corpus
     from tformer_cli.device import oom_hint

@@ -24,8 +24,7 @@ X_AXIS = OneOf(("updates", "time"))  # of the curves (show, compare --save)
 # ---------------------------------------------------------------------------- eval
 @dataclass(frozen=True)
 class Evaluate(EvalOptions):
-    """``tformer eval``: the evaluation (``EvalOptions``) of each run, where it prints and
-    writes, and where it runs."""
+    """``tformer eval``: the evaluation of each run, where it prints and where it runs."""
 
     model: list[Path] | None = shared("models")
     json_out: bool = shared("json_out")
@@ -82,10 +81,8 @@ def evaluate_runs(
     keep: bool = True, json_path: Path | None = None, hyp_path: Path | None = None,
     quiet: bool = False,
 ) -> str:  # fmt: skip
-    """``tformer eval`` of each run (``None``: the newest), kept in its folder (``keep``), each
-    report printed on ``console`` (``None``: not printed); the last run also scores the
-    ensemble of them all and writes ``json_path`` and ``hyp_path``. Returns the last report's
-    JSON."""
+    """``tformer eval`` of each run, each report printed on ``console`` (if any); the last also
+    scores the ensemble and writes ``json_path`` and ``hyp_path``. The last report's JSON."""
     from tformer_cli.device import oom_hint
     from tformer_cli.report.eval_run import evaluate_run
     from tformer_cli.report.evaluation import render_report, report_json
@@ -159,8 +156,7 @@ def show_command(v: Show) -> None:
 
 @dataclass(frozen=True)
 class Compare(EvalOptions):
-    """``tformer compare``: the evaluation (``EvalOptions``) of two runs or more, the curves
-    to draw, where it prints, and where it runs."""
+    """``tformer compare``: the evaluation of two runs or more, their curves, where it runs."""
 
     legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -m RUN.")
     model: list[Path] | None = setting(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tformer_cli.cli.app import check_engine, err, out, positional, tokenizer_app, wrote
+from tformer_cli.cli.app import err, out, positional, tokenizer_app, wrote
 from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import QUANTIZATIONS, OneOf, ServeOptions, TrainConfig, setting
 from tformer_cli.config.fields import values_of
@@ -38,7 +38,6 @@ def serve_command(v: Serve) -> None:
     """
     from tformer_cli.serve import serve
 
-    check_engine(v.engine, None)
     with interop_packages() if v.engine == "ctranslate2" else contextlib.nullcontext():
         serve(
             v.model, err, v, device=v.device, precision=v.precision, engine=v.engine,
