@@ -269,7 +269,7 @@ def test_a_setting_the_options_refuse_is_a_422_naming_its_field(settings, detail
     from fastapi import HTTPException
 
     with pytest.raises(HTTPException) as error:
-        serve.search(DecodeOptions, **settings)
+        serve.request_search(DecodeOptions, **settings)
     assert (error.value.status_code, error.value.detail) == (422, detail)
 
 
