@@ -173,8 +173,7 @@ def load_served(
     model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0
 ) -> tuple[LoadedRun, SourcesEngine | None]:
     """The run to serve (default: the newest) in ``precision`` (default: its own), on
-    ``threads`` CPU threads as ``tformer eval`` (``use_threads``), and what translates it:
-    ``None`` (tformer's search) for torch, or its CTranslate2 export (on those threads)."""
+    ``threads`` CPU threads, and what translates it (``None``: tformer's search)."""
     run = load(model, device=device, precision=precision).loaded[0]
     use_threads(threads)
     return run, load_engine(engine, run)
@@ -254,11 +253,10 @@ def field_name(loc: tuple[Any, ...]) -> str:
 def request_model(
     name: str, settings: type, asked: dict[str, Any], limits: dict[str, float], alpha: float
 ) -> type:
-    """The body of a request: its own fields (``asked``), then the fields of the settings
-    object ``settings`` that it offers, each with the field's default, description and values
-    (its ``Range``; ``limits``: the server's lower caps, by field); ``alpha`` (the run's
+    """The body of a request: its own fields (``asked``), then the fields of ``settings`` named
+    in ``limits`` (the server's caps), with their defaults, help and ranges; ``alpha`` (the run's
     ``beam_alpha``) is the default length penalty. Strict: ``"5"`` is not a beam, and an unknown
-    field is an error (a typo is not ignored)."""
+    field is an error."""
     fields = {f.name: f for f in dataclasses.fields(settings)}
     hints = typing.get_type_hints(settings)
     for field_name, cap in limits.items():
@@ -272,9 +270,8 @@ def request_model(
 
 
 def request_models(limits: Limits, alpha: float = 0.6) -> tuple[type, type, type]:
-    """The bodies of ``/translate`` (``DecodeOptions``' beam, nbest and alpha), ``/attention``
-    (``AttentionOptions``' beam, and alpha) and ``/trace`` (``TraceOptions``), with the limits
-    in their schema and ``alpha`` (the run's ``beam_alpha``) as the default length penalty."""
+    """The bodies of ``/translate``, ``/attention`` and ``/trace``, with the limits in their
+    schema and ``alpha`` (the run's ``beam_alpha``) as the default length penalty."""
     text = Annotated[str, Field(max_length=limits.max_chars)]
     beam, penalty = limits.max_beam, max(5.0, alpha)
     texts = (list[text], Field(min_length=1, max_length=limits.max_texts))
@@ -343,9 +340,8 @@ async def one_line_422(request: Request, e: RequestValidationError) -> JSONRespo
 
 
 def request_search(options: type, **settings: Any) -> DecodeConfig:
-    """The search a request asks for, as the settings object ``options`` (``DecodeOptions``,
-    ``TraceOptions``) builds it; a setting against its rules (``nbest`` above ``beam``) is a
-    422 naming its field, as the request's schema names the others."""
+    """The search a request asks for, as the settings object ``options`` builds it; a rule it
+    breaks (``nbest`` above ``beam``) is a 422 naming the field."""
     try:
         return options(**settings).search(settings["alpha"])
     except SettingError as e:
@@ -353,7 +349,10 @@ def request_search(options: type, **settings: Any) -> DecodeConfig:
 
 
 def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
-    """Source tokens of ``texts``; a text the model cannot read is a 422 naming it."""
+    """Source tokens of ``texts``; a text the model cannot read (or an empty ``text``) is a 422
+    naming it."""
+    if name == "text" and not texts[0].strip():
+        raise HTTPException(422, "text: nothing to translate: the text is empty")
     positions = run.model.cfg.max_positions
     lengths = [len(ids) + 1 for ids in encode(run.tokenizer, texts)]  # </s> included
     for i, n in enumerate(lengths):
@@ -364,8 +363,7 @@ def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
 
 
 async def answered(batcher: Batcher, job: Job, timeout: float) -> Any:
-    """The model thread's answer to ``job``: a 503 after ``timeout`` seconds, a 422 for an
-    error of ours."""
+    """The model thread's answer to ``job``: a 503 after ``timeout`` seconds, a 422 for ours."""
     try:
         return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), timeout)
     except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
@@ -405,16 +403,13 @@ def create_app(
 
     app.add_exception_handler(RequestValidationError, one_line_422)  # type: ignore[arg-type]
 
-    def count_tokens(texts: list[str], name: str) -> int:
-        return source_tokens(run, texts, name)
-
     async def answer(job: Job) -> Any:
         return await answered(batcher, job, limits.timeout)
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]
         cfg = request_search(DecodeOptions, beam=body.beam, alpha=body.alpha, nbest=body.nbest)
-        tokens = count_tokens(body.texts, "texts")
+        tokens = source_tokens(run, body.texts, "texts")
         return {"translations": await answer(Job(body.texts, cfg, tokens))}
 
     @app.post("/attention", summary="Attention maps of one translation: `inspect-attention --json`")
@@ -422,17 +417,13 @@ def create_app(
         if engine is not None:
             detail = "attention: CTranslate2 gives no attention maps: serve with --engine torch"
             raise HTTPException(422, detail)
-        if not body.text.strip():
-            raise HTTPException(422, "text: nothing to translate: the text is empty")
-        tokens = count_tokens([body.text], "text")
+        tokens = source_tokens(run, [body.text], "text")
         cfg = request_search(DecodeOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, attention=True))
 
     @app.post("/trace", summary="The step-through search of one text: `translate --trace`")
     async def trace(body: trace_body) -> dict[str, Any]:  # type: ignore[valid-type]
-        if not body.text.strip():
-            raise HTTPException(422, "text: nothing to translate: the text is empty")
-        tokens = count_tokens([body.text], "text")
+        tokens = source_tokens(run, [body.text], "text")
         cfg = request_search(TraceOptions, beam=body.beam, alpha=body.alpha)
         return await answer(Job([body.text], cfg, tokens, trace=body.top))
 
@@ -461,10 +452,8 @@ def serve(
     device: str = "auto", precision: str | None = None, engine: str = "torch", threads: int = 0,
     quiet: bool = False,
 ) -> None:  # fmt: skip
-    """``tformer serve``: load the run once (``precision``: default the run's own), then answer
-    HTTP requests as ``options`` say until Ctrl-C; ``engine``: torch, or ctranslate2 (the run's
-    export, made on first use); ``threads``: torch's CPU threads (0: ``$TFORMER_THREADS``, else
-    the idle cores)."""
+    """``tformer serve``: load the run once (``load_served``), then answer HTTP requests as
+    ``options`` say until Ctrl-C."""
     host, port = options.host, options.port
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
     run, decoder = load_served(model_dir, device, precision, engine, threads)

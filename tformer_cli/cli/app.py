@@ -30,8 +30,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
 
 
 class Group(typer.core.TyperGroup):
-    """``tformer`` and ``tformer tokenizer``: their options laid out as the commands' are, their
-    commands listed in the order of a run's life (``help.ORDER``)."""
+    """A group of commands: its options laid out as theirs are, its commands in ``help.ORDER``."""
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)
@@ -135,9 +134,8 @@ class Command(typer.core.TyperCommand):
         return params
 
     def invoke(self, ctx: typer.Context) -> Any:
-        """The command, its runs settled first (``settle_runs``), then, in the ``tformer``
-        process (``PROCESS``), the process-wide settings (``tformer_cli.setup``): torch loads
-        only after a mistyped run has been reported."""
+        """The command, its runs settled first (``settle_runs``: before torch loads), and in the
+        ``tformer`` process the process-wide settings (``tformer_cli.setup``)."""
         friendly_errors(settle_runs)(ctx)
         if ctx.obj is PROCESS:
             from tformer_cli import setup
@@ -153,10 +151,8 @@ PROCESS = object()
 
 
 def settle_runs(ctx: typer.Context) -> None:
-    """Each run given (``-m``) checked by name, before torch loads: a mistyped one is one line
-    at once, not seconds later. None given: the run the command uses, named on stderr (not
-    with ``--quiet``); where there is none, the command says so when it needs one. The old
-    positional spellings and compare (which needs its runs named) are left to the command."""
+    """Each run given (``-m``) checked by name before torch loads; none given: the newest,
+    named on stderr (not with ``--quiet``). Old spellings and compare are the command's."""
     given = ctx.params.get("model")
     if given:
         from tformer_cli.checkpoint import resolve_run  # imports no torch
@@ -180,8 +176,8 @@ def settle_runs(ctx: typer.Context) -> None:
 
 
 def positional(value: Any, option: Any, old: str, new: str) -> Any:
-    """A run (or file) given the old way, as an argument (kept for one release, with a notice),
-    or the new way, as an option; both at once is a usage error."""
+    """A run (or file) given the old way (an argument, with a notice) or as an option; both at
+    once is a usage error."""
     if value is None or value == []:
         return option
     if option is not None and option != []:
@@ -191,15 +187,14 @@ def positional(value: Any, option: Any, old: str, new: str) -> Any:
 
 
 def option_setting(ctx: typer.Context, field: str) -> Any | None:
-    """The option of ``ctx``'s command that sets the settings field ``field``: the option of
-    that name, or the train option that sets it (``h``: ``--heads``); None where none does."""
+    """The option of ``ctx``'s command that sets the settings field ``field`` (``h``:
+    ``--heads``); None where none does."""
     names = {field, option_of(field)}
     return next((p for p in ctx.command.params if p.name in names), None)
 
 
 def long_form(ctx: typer.Context, field: str) -> str:
-    """The option that sets ``field`` as its help writes it: ``--top-p``, ``--beam`` (not
-    ``-k``)."""
+    """The option that sets ``field``, as its help writes it: ``--beam`` (not ``-k``)."""
     param = option_setting(ctx, field)
     if param is None:
         return "--" + option_of(field).replace("_", "-")
@@ -208,9 +203,8 @@ def long_form(ctx: typer.Context, field: str) -> str:
 
 @contextlib.contextmanager
 def from_options(ctx: typer.Context) -> Iterator[None]:
-    """Settings built from ``ctx``'s options: a ``SettingError`` becomes the usage error of the
-    option that set it (exit 2, the usage panel naming it by its long form), the settings its
-    rule names written as options too. A field no option sets stays a one-line error."""
+    """Settings built from ``ctx``'s options: a ``SettingError`` becomes the usage error (exit
+    2) of the option that set it, its rule naming options; one no option sets stays as it is."""
     try:
         yield
     except SettingError as e:
@@ -230,8 +224,7 @@ def wrote(path: Path, quiet: bool = False) -> None:
 
 @contextlib.contextmanager
 def destination(output: Path | None, quiet: bool = False) -> Iterator[Console]:
-    """Where a command prints its result: stdout, or ``output`` (``-o FILE``), written whole at
-    the end (and named: ``wrote``)."""
+    """Where a command prints: stdout, or ``output`` (``-o FILE``), written whole at the end."""
     if output is None:
         yield out
         return
