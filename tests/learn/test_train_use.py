@@ -49,7 +49,7 @@ def test_train_use_trains_with_the_learner_s_loss_and_mix_as_tformer(
     def counting(path: Path, acting: tuple[str, ...]) -> Use:
         return counted(prepare(path, acting), calls)
 
-    monkeypatch.setattr(use_module, "prepare", counting)
+    monkeypatch.setattr(api_training, "prepare", counting)  # the command trains as the API does
     yours, said = trained(tiny_corpus, tmp_path, "yours", "--use", str(solutions_file))
     assert "--compile off" in said and "using your label_smoothed_loss, mix_inputs" in said
     assert set(calls) == set(TRAINED) and calls["label_smoothed_loss"] >= 3, calls

@@ -1,5 +1,5 @@
-"""Training and the runs folder from Python: ``train``, ``runs``, ``compare``; and the steps of
-training it shares with ``tformer train`` (``train_settings``, ``run_training``)."""
+"""Training and the runs folder from Python: ``train``, ``runs``, ``compare``; and the training
+it shares with ``tformer train`` (``fit``)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,6 @@ PATH_OPTIONS = ("init_from", "tokenizer_file", "src_file", "tgt_file", "valid_sr
 RUN_OPTIONS = ("preset", "name", "runs_dir")
 
 
-def training_log(quiet: bool = False) -> Console:
-    """Where training logs: stderr (``quiet``: nothing), which a reader that left stops."""
-    return Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
-
-
 def train_settings(
     given: Mapping[str, Any], *, preset: str | None, resume: Path | None, name: str | None,
     runs_dir: Path, log: Console,
@@ -76,29 +71,46 @@ def train_settings(
 
 @dataclass(frozen=True)
 class Trained:
-    """How ``run_training`` ended: its result, whether this process reports (rank 0), and the
-    exit status of an interruption (130; 0 in the workers that ``--nproc`` launched)."""
+    """How ``fit`` ended: its result, whether this process reports (rank 0), the exit status of
+    an interruption (130; 0 in the workers that ``--nproc`` launched), and the log's console."""
 
     result: TrainResult
     main: bool
     stopped: int
+    log: Console
 
 
-def run_training(
-    run_dir: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,
-    log: Console, tensorboard: Path | None = None, quiet: bool = False,
+def fit(
+    given: Mapping[str, Any], *, preset: str | None, resume: Path | None, name: str | None,
+    runs_dir: Path, use: Path | dict[str, Any] | None, quiet: bool,
+    tensorboard: Path | None = None,
 ) -> Trained:  # fmt: skip
-    """Train the run in ``run_dir`` (``resume``: from its last.pt); Ctrl-C saves and ends it."""
+    """Train as ``tformer train`` and ``tformer.train`` do, logging on stderr: the settings and
+    run folder of ``train_settings``; ``use``: a learner's file, checked, whose passing functions
+    train on the eager step. Ctrl-C saves and ends it."""
     from tformer_cli.training.trainer import Trainer  # looked up when called
 
-    trainer = Trainer(
-        run_dir, model_cfg, train_cfg, resume=resume, console=log, tensorboard=tensorboard
+    log = Console(file=StopOnClosedPipe(sys.stderr), quiet=quiet, log_path=False)
+    learner = None if use is None else prepare(use, TRAINED)
+    if learner is not None and not quiet:
+        log.print(
+            f"{TRAINING_NOTE}\n{learner.line()}", markup=False, highlight=False, soft_wrap=True
+        )
+    model_cfg, train_cfg, run_dir = train_settings(
+        given, preset=preset, resume=resume, name=name, runs_dir=runs_dir, log=log
     )
+    if learner is not None:  # the eager step, which calls the learner's loss
+        train_cfg = dataclasses.replace(train_cfg, compile="off")
+    trainer = Trainer(
+        run_dir, model_cfg, train_cfg, resume=resume is not None, console=log,
+        tensorboard=tensorboard,
+    )  # fmt: skip
     try:
-        result = trainer.run(quiet=quiet)
+        with threads_kept(), swapped(learner):
+            result = trainer.run(quiet=quiet)
     finally:
         trainer.close()
-    return Trained(result, trainer.world.main, 0 if os.environ.get(LAUNCHED) else 130)
+    return Trained(result, trainer.world.main, 0 if os.environ.get(LAUNCHED) else 130, log)
 
 
 def train(
@@ -124,29 +136,20 @@ def train(
     unknown = sorted(set(given) - set(TRAIN_OPTIONS))
     if unknown:
         raise TformerError(f"{unknown[0]}: no such train option (see tformer train --help)")
-    log = training_log(quiet)
-    learner = None
-    if isinstance(use, dict) or (use := as_path(use, "use")) is not None:
-        learner = prepare(use, TRAINED)
-        if not quiet:
-            log.print(f"{TRAINING_NOTE}\n{learner.line()}", markup=False, highlight=False)
     try:
-        model_cfg, train_cfg, run_dir = train_settings(
+        trained = fit(
             given, preset=recipe, resume=as_path(resume, "resume"), name=name,
-            runs_dir=as_path(runs_dir, "runs_dir") or Path("runs"), log=log,
+            runs_dir=as_path(runs_dir, "runs_dir") or Path("runs"),
+            use=use if isinstance(use, dict) else as_path(use, "use"), quiet=quiet,
         )  # fmt: skip
     except SettingError as e:  # by the keyword that sets it: layers=0, not n_encoder_layers
         raise TformerError(e.in_python(option_of)) from None
-    if learner is not None:  # the eager step, which calls the learner's loss
-        train_cfg = dataclasses.replace(train_cfg, compile="off")
-    with threads_kept(), swapped(learner):
-        resumed = resume is not None
-        trained = run_training(run_dir, model_cfg, train_cfg, resume=resumed, log=log, quiet=quiet)
     result = trained.result
     if not (result.run_dir / "model.pt").exists():
         raise TformerError(f"interrupted before the first validation: resume={result.run_dir!s}")
     if result.interrupted:
-        log.print(f"interrupted: continue with train(resume={str(result.run_dir)!r})", markup=False)
+        message = f"interrupted: continue with train(resume={str(result.run_dir)!r})"
+        trained.log.print(message, markup=False)
     return load(result.run_dir)
 
 

@@ -128,21 +128,20 @@ def translate(v: Translate) -> None:
         run_translator(translator, v, inputs)
 
 
-def learner(path: Path | None, engine: str, quiet: bool, *, training: bool = False) -> Use | None:
-    """``--use``: the learner's file checked, its passing functions ready to swap in (for
-    translation, or ``training``), and said so on stderr; None without it."""
+def learner(path: Path | None, engine: str, quiet: bool) -> Use | None:
+    """``--use``: the learner's file checked, its passing functions ready to swap in, and said
+    so on stderr; None without it."""
     if path is None:
         return None
     if engine != "torch":
         raise typer.BadParameter(
             "your functions run in tformer's eager step: use --engine torch", param_hint="--use"
         )
-    from tformer_cli.learn.use import ACTING, EAGER_NOTE, TRAINED, TRAINING_NOTE, prepare
+    from tformer_cli.learn.use import ACTING, EAGER_NOTE, prepare
 
-    use = prepare(path, TRAINED if training else ACTING)
+    use = prepare(path, ACTING)
     if not quiet:
-        err.print(TRAINING_NOTE if training else EAGER_NOTE, markup=False, highlight=False)
-        err.print(use.line(), markup=False, highlight=False)
+        err.print(f"{EAGER_NOTE}\n{use.line()}", markup=False, highlight=False)
     return use
 
 

@@ -100,7 +100,7 @@ def train_command(ctx: typer.Context, **values: Any) -> None:
     by validation BLEU in model.pt and the full state in last.pt. Ctrl-C saves and exits (code 130).
     Defaults train the bundled toy corpus in a few minutes; --preset multi30k for real data.
     """
-    from tformer_cli.api.training import run_training, train_settings, training_log
+    from tformer_cli.api.training import fit
 
     v = Own(**{f.name: values[f.name] for f in dataclasses.fields(Own)})
     if v.use is not None and (v.nproc > 1 or v.nnodes != "1"):
@@ -113,22 +113,11 @@ def train_command(ctx: typer.Context, **values: Any) -> None:
         if os.environ.get("WORLD_SIZE"):
             raise TformerError("--nproc starts torchrun itself: not under torchrun")
         raise typer.Exit(launch(v.nproc, sys.argv[2:], v.nnodes, v.rdzv_endpoint))
-    from tformer_cli.cli.decode import learner
-    from tformer_cli.learn.use import swapped
-
-    use = learner(v.use, "torch", v.quiet, training=True)
-    log = training_log(v.quiet)
     with from_options(ctx):
-        model_cfg, train_cfg, run_dir = train_settings(
+        trained = fit(
             given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
-            resume=v.resume, name=v.name, runs_dir=v.runs_dir, log=log,
-        )  # fmt: skip
-    if use is not None:  # the eager step, which calls the learner's loss
-        train_cfg = dataclasses.replace(train_cfg, compile="off")
-    with swapped(use):
-        trained = run_training(
-            run_dir, model_cfg, train_cfg, resume=v.resume is not None, log=log,
-            tensorboard=v.tensorboard, quiet=v.quiet,
+            resume=v.resume, name=v.name, runs_dir=v.runs_dir, use=v.use, quiet=v.quiet,
+            tensorboard=v.tensorboard,
         )  # fmt: skip
     result = trained.result
     if not trained.main:  # under torchrun rank 0 alone reports
