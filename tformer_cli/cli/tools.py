@@ -11,7 +11,7 @@ import typer
 from tformer_cli.cli.app import err, out, positional, tokenizer_app, wrote
 from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import QUANTIZATIONS, OneOf, ServeOptions, TrainConfig, setting
-from tformer_cli.config.fields import values_of
+from tformer_cli.config.fields import same_as
 from tformer_cli.engines import interop_packages
 
 
@@ -139,15 +139,11 @@ class TokenizerTrain:
     legacy: Path | None = legacy_run("Deprecated: use -o FILE.", "FILE")
     output: Path | None = setting(None, "Where to write tokenizer.json.", flags=("--output", "-o"))
     data: str = setting("toy", "Corpus: toy, a folder or file, or hf:NAME.")
-    src: str | None = setting(None, "Source language suffix of plain files.")
-    tgt: str | None = setting(None, "Target language suffix of plain files.")
-    vocab_size: int = setting(
-        TrainConfig.vocab_size, "Vocabulary size.", values=values_of(TrainConfig, "vocab_size")
-    )
-    tokenizer: str = setting(
-        "bpe",
-        "bpe, unigram or wordlevel. (Formerly --kind.)",
-        values=values_of(TrainConfig, "tokenizer_kind"),
+    src: str | None = same_as(TrainConfig, "src_lang")
+    tgt: str | None = same_as(TrainConfig, "tgt_lang")
+    vocab_size: int = same_as(TrainConfig, "vocab_size", "Vocabulary size.")
+    tokenizer: str = same_as(
+        TrainConfig, "tokenizer_kind", "bpe, unigram or wordlevel. (Formerly --kind.)"
     )
 
 

@@ -111,6 +111,14 @@ def values_of(config: type, name: str) -> Values:
     return next(f.metadata["values"] for f in dataclasses.fields(config) if f.name == name)
 
 
+def same_as(config: type, name: str, help: str = "") -> Any:
+    """A field declared as ``config``'s field ``name`` is (default, spellings, values), with its
+    own ``help`` if given."""
+    declared = next(f for f in dataclasses.fields(config) if f.name == name)
+    meta = {**declared.metadata, "help": help or declared.metadata["help"]}
+    return dataclasses.field(default=declared.default, metadata=meta)
+
+
 TYPE_NAMES = {bool: "True or False", int: "a whole number", float: "a number"}
 
 

@@ -16,6 +16,7 @@ from tformer_cli.config.fields import (
     Pattern,
     Range,
     check_values,
+    same_as,
     setting,
     values_of,
 )
@@ -76,18 +77,16 @@ class DistillOptions:
     pairs, searched with ``beam`` and ``alpha``, ``chunk_size`` pairs at a time (each written
     whole: a run that stops resumes from the last), ``mix``: the original pairs kept too."""
 
-    data: str | None = setting(
-        None, "Corpus (as for train). Default: the data the teacher was trained on."
+    data: str | None = same_as(
+        EvalOptions, "data", "Corpus (as for train). Default: the data the teacher was trained on."
     )
-    src: str | None = setting(None, "Source language. Default: the run's.")
-    tgt: str | None = setting(None, "Target language. Default: the run's.")
-    beam: int = setting(
-        5, "Beam size (1: greedy).", flags=("--beam", "-k"), values=Range(1, MAX_BEAM)
-    )
-    alpha: float | None = setting(
-        None,
+    src: str | None = same_as(EvalOptions, "src")
+    tgt: str | None = same_as(EvalOptions, "tgt")
+    beam: int = same_as(DecodeOptions, "beam")
+    alpha: float | None = same_as(
+        DecodeOptions,
+        "alpha",
         "GNMT length penalty, as for translate. Default: the teacher's --beam-alpha.",
-        values=values_of(DecodeConfig, "alpha"),
     )
     mix: bool = setting(False, "Keep the original training pairs too, after the teacher's.")
     limit: int | None = setting(None, "Distill only the first N training pairs.", values=Range(1))
