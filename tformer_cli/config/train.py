@@ -61,18 +61,17 @@ class TrainConfig:
     tokenizer_kind: str = setting(
         "bpe", "bpe, unigram or wordlevel.", "tokenizer", values=OneOf(TOKENIZERS)
     )
-    # sentences the tokenizer trains on at most (0: all)
     tokenizer_sample: int = setting(
         1_000_000, "Train the tokenizer on at most N sentences (0: all).", values=AT_LEAST_0
     )
-    # a ready tokenizer (absolute path) instead of training one
+    # stored as an absolute path
     tokenizer_file: str | None = setting(
         None,
         "Use this tokenizer (from tformer tokenizer train, or any tokenizers JSON with <pad>=0"
         " <unk>=1 <s>=2 </s>=3) instead of training one.",
         path=True,
     )
-    # a run (absolute path) whose model.pt the weights start from
+    # stored as an absolute path
     init_from: str | None = setting(
         None,
         "Fine-tune: start from this run's weights and tokenizer, with its model settings (a"
@@ -83,8 +82,7 @@ class TrainConfig:
     max_len: int = setting(256, "Skip longer training pairs (tokens).", values=AT_LEAST_1)
     lr: float = setting(2e-3, "Peak learning rate (AdamW).", values=Range(0, low_open=True))
     warmup: int = setting(200, "Warm-up steps, then --decay.", values=AT_LEAST_1)
-    # after warm-up: auto = linear to 0 at the end of --max-minutes (Li et al. 2020), else rsqrt
-    decay: str = setting(
+    decay: str = setting(  # auto: linear with a time budget (Li et al. 2020)
         "auto",
         "After warm-up: rsqrt (1/sqrt, the paper's), linear or cosine to 0 at the end of"
         " --max-minutes or --max-steps, or auto (linear with --max-minutes, else rsqrt).",
@@ -98,7 +96,6 @@ class TrainConfig:
     max_minutes: float = setting(0.0, "Stop after this time.", values=AT_LEAST_0)
     valid_every: int = setting(250, "Validate every N updates.", values=AT_LEAST_1)
     valid_bleu_size: int = setting(300, "Validation sentences for BLEU.", values=AT_LEAST_1)
-    # minutes of training between saves of last.pt besides validations
     save_every: float = setting(
         5.0,
         "Save last.pt at least every N minutes, besides each validation (0: only at"
@@ -108,14 +105,12 @@ class TrainConfig:
     patience: int = setting(
         0, "Early stop after N validations without gain (0: off).", values=AT_LEAST_0
     )
-    # keep the last N validation checkpoints, average them at the end (0: off)
     average: int = setting(
         0,
         "Keep the last N validation checkpoints; at the end their mean becomes model.pt if it"
         " validates at least as well as the best one (0: off).",
         values=AT_LEAST_0,
     )
-    # the length penalty of this run's beam search unless --alpha is given
     beam_alpha: float = setting(
         0.6,
         "The length penalty (GNMT alpha) of this run's beam search when translate, eval or"
@@ -131,7 +126,6 @@ class TrainConfig:
     device: str = setting(
         "auto", "auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)
     )
-    # torch.compile the forward and loss: on, off, or auto (where it pays)
     compile: str = setting(
         "auto",
         "torch.compile the forward pass and loss: on, off, or auto (eager: compiling was no"
