@@ -22,14 +22,7 @@ from tformer_cli.cli.app import (
     positional,
     wrote,
 )
-from tformer_cli.cli.options import (
-    command,
-    legacy_run,
-    parameter,
-    parameters,
-    shared,
-    with_options,
-)
+from tformer_cli.cli.options import command, legacy_run, parameter, parameters, shared, with_options
 from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, setting
 from tformer_cli.errors import TformerError
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from tformer_cli.config.fields import OneOf, Range, check_values, setting, values, values_of
+from tformer_cli.config.fields import Checked, OneOf, Range, setting, values, values_of
 from tformer_cli.errors import SettingError
 
 ENGINES = ("torch", "ctranslate2")  # what decodes (--engine): tformer's search, or CTranslate2
@@ -20,7 +20,7 @@ SAMPLING = ("temperature", "top_k", "top_p", "epsilon")  # the settings of a dra
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
+class SamplingConfig(Checked):
     """How the next token is drawn: ``p(y) ∝ p_model(y)^(1/temperature)``, then truncated to the
     ``top_k`` most probable tokens, to the nucleus of mass ``top_p``, and to the tokens of
     probability >= ``epsilon`` (each ``None``: no truncation). The top token always survives."""
@@ -32,12 +32,9 @@ class SamplingConfig:
     top_p: float | None = field(default=None, metadata=values(Range(0, 1, low_open=True)))
     epsilon: float | None = field(default=None, metadata=values(Range(0, 1, high_open=True)))
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
 
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeConfig(Checked):
     """How translations are searched for. Length limits: ``</s>`` may end a translation once it
     has ``min_len`` tokens; at most ``a * |src| + b`` tokens are generated, ``</s>`` included,
     with ``|src|`` the source tokens plus its ``</s>``."""
@@ -57,7 +54,7 @@ class DecodeConfig:
     mbr_utility: str = field(default="chrf", metadata=values(OneOf(("chrf", "bleu"))))
 
     def __post_init__(self) -> None:
-        check_values(self)
+        super().__post_init__()
         if self.sampling is not None and self.beam > 1:
             raise SettingError("beam", self.beam, "must be 1 when sampling (a token drawn a step)")
 
@@ -72,7 +69,7 @@ class DecodeConfig:
 
 
 @dataclass(frozen=True)
-class DecodeOptions:
+class DecodeOptions(Checked):
     """The decoding settings a user gives (``tformer translate``, ``Run.translate``, the
     server's ``/translate``): a beam search, or draws (``sample``), or minimum Bayes risk over
     ``mbr`` candidates; ``alpha`` ``None``: the run's own ``beam_alpha``. A sampling setting
@@ -146,7 +143,7 @@ class DecodeOptions:
     max_len_b: int = setting(10, "Output length limit: b.", values=Range(0, MAX_LENGTH))
 
     def __post_init__(self) -> None:
-        check_values(self)
+        super().__post_init__()
         if not self.draws:
             unset = {f.name: f.default for f in fields(self) if f.name in SAMPLING}
             for name in SAMPLING:
@@ -174,7 +171,7 @@ class DecodeOptions:
 
 
 @dataclass(frozen=True)
-class TraceOptions:
+class TraceOptions(Checked):
     """The step-through search of one text (``Run.trace``, the server's ``/trace``): a beam of
     ``beam``, the ``top`` next tokens of each hypothesis, the length penalty ``alpha`` (``None``:
     the run's own)."""
@@ -184,9 +181,6 @@ class TraceOptions:
     alpha: float | None = setting(
         None, "GNMT length penalty.", values=values_of(DecodeConfig, "alpha")
     )
-
-    def __post_init__(self) -> None:
-        check_values(self)
 
     def search(self, alpha: float) -> DecodeConfig:
         """The traced beam search, its n-best the whole beam."""

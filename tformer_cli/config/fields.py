@@ -153,6 +153,13 @@ def check_values(config: Any) -> None:
             raise SettingError(f.name, value, rule)
 
 
+class Checked:
+    """A settings dataclass that refuses, once made, a value ``check_values`` refuses."""
+
+    def __post_init__(self) -> None:
+        check_values(self)
+
+
 MODES = ("auto", "on", "off")  # --compile
 
 

@@ -11,15 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tformer_cli.config.decode import MAX_BEAM, DecodeConfig, DecodeOptions
-from tformer_cli.config.fields import (
-    OneOf,
-    Pattern,
-    Range,
-    check_values,
-    same_as,
-    setting,
-    values_of,
-)
+from tformer_cli.config.fields import Checked, OneOf, Pattern, Range, same_as, setting, values_of
 
 EVAL_SPLITS = ("train", "valid", "test", "all")  # a corpus's splits, or every pair of it
 # The search's settings that an evaluation has not: it scores the best hypothesis.
@@ -71,7 +63,7 @@ class EvalOptions(DecodeOptions):
 
 
 @dataclass(frozen=True)
-class DistillOptions:
+class DistillOptions(Checked):
     """What ``tformer distill`` translates and how: the training split of ``data`` (default:
     the teacher's own corpus, with its languages, carved with its seed), its first ``limit``
     pairs, searched with ``beam`` and ``alpha``, ``chunk_size`` pairs at a time (each written
@@ -99,9 +91,6 @@ class DistillOptions:
     max_tokens: int = setting(4096, "Source tokens per batch.", values=Range(1))
     force: bool = setting(False, "Distill again into a folder that holds a finished distillation.")
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
     def search(self, alpha: float) -> DecodeConfig:
         """The teacher's beam search, with the length penalty ``alpha`` (``self.alpha`` or the
         teacher's own)."""
@@ -116,7 +105,7 @@ def numbered(*words: str) -> Pattern:
 
 
 @dataclass(frozen=True)
-class AttentionOptions:
+class AttentionOptions(Checked):
     """What `tformer inspect-attention` shows of a sentence: the panels (``kind``; ``layer``
     and ``head``) of the translation that ``beam`` finds, and for a run trained on toy each
     head's alignment accuracy on ``align_sentences`` toy test sentences (``align``)."""
@@ -141,12 +130,9 @@ class AttentionOptions:
         200, "Toy test sentences for the alignment accuracy.", values=Range(1)
     )
 
-    def __post_init__(self) -> None:
-        check_values(self)
-
 
 @dataclass(frozen=True)
-class Limits:
+class Limits(Checked):
     """What one request to the server may ask for; past them it gets a 4xx answer (503 past
     ``timeout``)."""
 
@@ -157,9 +143,6 @@ class Limits:
     timeout: float = setting(
         30.0, "Seconds a request may wait and run (then 503).", values=Range(0.001)
     )
-
-    def __post_init__(self) -> None:
-        check_values(self)
 
 
 @dataclass(frozen=True)

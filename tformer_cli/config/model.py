@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from tformer_cli.config.fields import OneOf, Range, check_values, setting, values
+from tformer_cli.config.fields import Checked, OneOf, Range, setting, values
 from tformer_cli.errors import SettingError
 
 Positional = Literal["sinusoidal", "learned"]
@@ -16,7 +16,7 @@ SIZE = Range(1)  # widths, heads, layers
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Checked):
     """Shape of the encoder-decoder Transformer (names from "Attention Is All You Need")."""
 
     vocab_size: int
@@ -42,7 +42,7 @@ class ModelConfig:
     output_bias: bool = False  # a bias on the output layer's logits (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
-        check_values(self)
+        super().__post_init__()
         if self.d_model % self.h:
             raise SettingError("h", self.h, f"must divide {{d_model}} ({self.d_model})")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from tformer_cli.config.decode import MAX_SEED
-from tformer_cli.config.fields import MODES, OneOf, Range, check_values, from_dict, setting
+from tformer_cli.config.fields import MODES, Checked, OneOf, Range, from_dict, setting
 from tformer_cli.config.model import ModelConfig
 from tformer_cli.errors import SettingError, TformerError
 
@@ -31,7 +31,7 @@ SS_K = {"linear": AT_LEAST_0, "exp": Range(0, 1, low_open=True), "inverse-sigmoi
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Checked):
     """Everything `tformer train` needs besides the model shape."""
 
     # "files" when the data are the plain parallel files below
@@ -148,7 +148,7 @@ class TrainConfig:
     ss_tau: float = setting(1.0, "Sampling temperature.", values=Range(0, low_open=True))
 
     def __post_init__(self) -> None:
-        check_values(self)
+        super().__post_init__()
         for src, tgt in (("src_file", "tgt_file"), ("valid_src_file", "valid_tgt_file")):
             if (getattr(self, src) is None) != (getattr(self, tgt) is None):
                 given, missing = (src, tgt) if getattr(self, tgt) is None else (tgt, src)
