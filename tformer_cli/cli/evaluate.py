@@ -163,6 +163,7 @@ class Compare(EvalOptions):
         None,
         "Two or more run folders (or names under runs/): -m A -m B; the first is the baseline.",
         flags=("--model", "-m"),
+        metavar="RUN",
     )
     save: Path | None = setting(
         None, "Write the runs' curves overlaid: .svg, .html (with the tables) or .png."

@@ -35,37 +35,14 @@ PANELS: dict[str, tuple[str, ...]] = {
 PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 PANEL_IN = {("train", "seed"): "Run", ("train", "max_tokens"): "Optimisation"}
 
-# The metavars of options whose values are not listed in it (a set too wide for the column,
-# or a form); any other option of a fixed set shows its choices.
-SHOWN = {
-    "scheduled_sampling": "SCHEDULE",
-    "kind": "KIND",  # beside --align/--no-align
-    "layer": "N|last|all",
-    "head": "N|mean|all",
-    "nnodes": "N|MIN:MAX",
-    "rdzv_endpoint": "HOST:PORT",
-    "host": "HOST",
-    "quantization": "TYPE",
-    "only": "NAME",
-}
-RUNS = {"model", "resume", "init_from"}
-FOLDERS = {"runs_dir", "tensorboard", "folder"}
 
-
-def metavar(command: str, param: Any) -> str:
-    """The plain metavar of a parameter: empty for a flag, RUN/DIR/FILE for paths, N for
-    integers, X for numbers, the choices for a fixed set, TEXT otherwise."""
-    name = param.name
+def metavar(param: Any) -> str:
+    """The plain metavar of an option its field declares none for: empty for a flag, FILE for
+    a path, N for integers, X for numbers, the choices for a fixed set, TEXT otherwise."""
     if getattr(param, "is_flag", False):
         return ""
-    if name in SHOWN:
-        return SHOWN[name]
     if choices := getattr(allowed(param), "choices", None):
         return "|".join(choices)
-    if name in RUNS:
-        return "RUN"
-    if name in FOLDERS or (command == "export" and name == "output"):
-        return "DIR"
     described = getattr(param, "type_descriptor", None)  # typer >= 0.2x; else click's type
     if described is None:
         kind = getattr(getattr(param, "type", None), "name", "")
@@ -118,7 +95,7 @@ def lay_out(command: str, params: list[Any]) -> None:
         if param.param_type_name != "option":
             continue
         if param.metavar is None:
-            param.metavar = metavar(command, param)
+            param.metavar = metavar(param)
         panel = PANEL_IN.get((command, param.name)) or PANEL_OF.get(param.name)
         if panel and getattr(param, "rich_help_panel", None) is None:
             param.rich_help_panel = panel

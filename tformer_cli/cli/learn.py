@@ -55,7 +55,9 @@ class Check:
     """``tformer learn check``: the file checked, all of it or one exercise."""
 
     path: Path = setting(MISSING, "exercises.py, solutions.py, or their folder.", argument=True)
-    only: str | None = setting(None, "Check this exercise alone (its function's name).")
+    only: str | None = setting(
+        None, "Check this exercise alone (its function's name).", metavar="NAME"
+    )
 
 
 @command(Check, "check", group=learn_app)

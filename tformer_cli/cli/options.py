@@ -58,7 +58,10 @@ def parameter(name: str, hint: Any, default: Any, meta: Mapping[str, Any]) -> in
     else:
         on = kind is bool and default is True  # --x/--no-x
         flags = meta.get("flags") or (() if on else (f"--{name.replace('_', '-')}",))
-        info = typer.Option(*flags, help=meta["help"], show_default=default is not None, **checks)
+        metavar = meta.get("metavar") or None  # else the plain one of help.metavar
+        info = typer.Option(
+            *flags, help=meta["help"], show_default=default is not None, metavar=metavar, **checks
+        )
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(name, keyword, annotation=Annotated[hint, info], default=default)
 
@@ -113,13 +116,17 @@ def command(
 # The options that several commands share, by name.
 SHARED: dict[str, Any] = {
     "model": setting(
-        None, "Run folder. Default: the newest run under runs/.", flags=("--model", "-m")
+        None,
+        "Run folder. Default: the newest run under runs/.",
+        flags=("--model", "-m"),
+        metavar="RUN",
     ),
     "models": setting(
         None,
         "Run folder; several (-m A -m B) decode as an ensemble (mean of their next-token"
         " probabilities; one shared tokenizer). Default: the newest run under runs/.",
         flags=("--model", "-m"),
+        metavar="RUN",
     ),
     "device": setting("auto", "auto (CUDA > MPS > CPU), cpu, cuda or mps.", values=OneOf(DEVICES)),
     "precision": setting(

@@ -59,13 +59,14 @@ class Export:
     legacy: list[Path] | None = legacy_run("Deprecated: use -m RUN -o DIR.")
     model: Path | None = shared("model")
     output: Path | None = setting(
-        None, "Folder to write (new, or empty).", flags=("--output", "-o")
+        None, "Folder to write (new, or empty).", flags=("--output", "-o"), metavar="DIR"
     )
     quantization: str = setting(
         "float32",
         "CTranslate2 weights: float32, int8, int8_float32, int8_float16, int8_bfloat16,"
         " int16, float16 or bfloat16.",
         values=OneOf(QUANTIZATIONS),
+        metavar="TYPE",
     )
 
 
@@ -111,7 +112,7 @@ class Import:
         MISSING, "hf:NAME (a model on the Hugging Face Hub) or a model folder.", argument=True
     )
     name: str | None = setting(None, "Run name. Default: the model's (its last path part).")
-    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.")
+    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.", metavar="DIR")
 
 
 @command(Import, "import")

@@ -38,10 +38,14 @@ class Own:
         None, "Recipe: toy, multi30k, multi30k-15min or a .toml file; options given here win."
     )
     name: str | None = setting(None, "Run name: runs/NAME. Default: data+time.")
-    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.")
-    resume: Path | None = setting(None, "Continue the run in this folder from its last.pt.")
+    runs_dir: Path = setting(Path("runs"), "Folder holding the runs.", metavar="DIR")
+    resume: Path | None = setting(
+        None, "Continue the run in this folder from its last.pt.", metavar="RUN"
+    )
     tensorboard: Path | None = setting(
-        None, "Also write the log's numbers here for TensorBoard (needs tensorboard)."
+        None,
+        "Also write the log's numbers here for TensorBoard (needs tensorboard).",
+        metavar="DIR",
     )
     nproc: int = setting(
         1,
@@ -53,9 +57,10 @@ class Own:
         "1",
         "Machines taking part, passed to torchrun (e.g. 2, or 1:4).",
         values=Pattern(r"[1-9][0-9]*(:[1-9][0-9]*)?", "must be N or MIN:MAX"),
+        metavar="N|MIN:MAX",
     )
     rdzv_endpoint: str | None = setting(
-        None, "HOST:PORT where the machines meet (torchrun --rdzv-endpoint)."
+        None, "HOST:PORT where the machines meet (torchrun --rdzv-endpoint).", metavar="HOST:PORT"
     )
     use: Path | None = shared(
         "use",
@@ -69,7 +74,9 @@ class Own:
 # Every option of tformer train: those of the config fields, then its own.
 TRAIN = [
     *(
-        parameter(o.name, o.kind, o.default, {"help": o.help, "values": o.values})
+        parameter(
+            o.name, o.kind, o.default, {"help": o.help, "values": o.values, "metavar": o.metavar}
+        )
         for o in TRAIN_OPTIONS.values()
     ),
     *parameters(Own),

@@ -114,11 +114,20 @@ class AttentionOptions(Checked):
         "cross",
         "cross (target -> source), encoder or decoder self-attention.",
         values=OneOf(("cross", "encoder", "decoder")),
+        metavar="KIND",  # beside --align/--no-align, not its choices
     )
     layer: str = setting(
-        "last", "Layer number (from 1), last or all.", values=numbered("last", "all")
+        "last",
+        "Layer number (from 1), last or all.",
+        values=numbered("last", "all"),
+        metavar="N|last|all",
     )
-    head: str = setting("all", "Head number (from 1), mean or all.", values=numbered("mean", "all"))
+    head: str = setting(
+        "all",
+        "Head number (from 1), mean or all.",
+        values=numbered("mean", "all"),
+        metavar="N|mean|all",
+    )
     beam: int = setting(
         1,
         "Beam size (1 = greedy); the best is shown.",
@@ -150,7 +159,7 @@ class ServeOptions(Limits):
     """``tformer serve``: where it listens, how requests are gathered into a decoding batch
     (``max_tokens`` source tokens, waiting ``wait_ms``), and the ``Limits`` of one request."""
 
-    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0: all).")
+    host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0: all).", metavar="HOST")
     port: int = setting(8000, "Port to listen on.", values=Range(1, 65535))
     max_tokens: int = setting(
         4096, "Source tokens gathered into one decoding batch.", values=Range(1)

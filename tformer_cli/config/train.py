@@ -77,6 +77,7 @@ class TrainConfig(Checked):
         "Fine-tune: start from this run's weights and tokenizer, with its model settings (a"
         " new optimizer and schedule).",
         path=True,
+        metavar="RUN",
     )
     max_tokens: int = setting(2048, "Batch size in padded tokens.", values=AT_LEAST_1)
     max_len: int = setting(256, "Skip longer training pairs (tokens).", values=AT_LEAST_1)
@@ -133,7 +134,10 @@ class TrainConfig(Checked):
         values=OneOf(MODES),
     )
     scheduled_sampling: str = setting(
-        "off", "Scheduled sampling: off, linear, exp or inverse-sigmoid.", values=OneOf(SCHEDULES)
+        "off",
+        "Scheduled sampling: off, linear, exp or inverse-sigmoid.",
+        values=OneOf(SCHEDULES),
+        metavar="SCHEDULE",
     )
     ss_k: float | None = setting(
         None,
@@ -174,14 +178,15 @@ class TrainConfig(Checked):
 @dataclass(frozen=True)
 class TrainOption:
     """A train option, declared by the metadata of the config fields it sets (``option``): its
-    name, type, default and help, the values it takes (``None``: any), and its fields in
-    ``table``."""
+    name, type, default, help, the values it takes (``None``: any) and metavar, and its fields
+    in ``table``."""
 
     name: str
     kind: Any
     default: Any
     help: str
     values: Range | OneOf | None
+    metavar: str
     table: str
     fields: tuple[str, ...]
 
@@ -206,7 +211,14 @@ def train_options() -> dict[str, TrainOption]:
                 kind = Path | None
             meta = f.metadata
             found[name] = TrainOption(
-                name, kind, f.default, meta["help"], meta["values"], table, (f.name,)
+                name,
+                kind,
+                f.default,
+                meta["help"],
+                meta["values"],
+                meta["metavar"],
+                table,
+                (f.name,),
             )
     return found
 
