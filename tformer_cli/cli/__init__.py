@@ -1,7 +1,5 @@
-"""The `tformer` command line: options, help text and error messages. The work happens elsewhere.
-
-``app`` is the Typer application (``cli.app``); each command lives in the module of its group
-(``train``, ``decode``, ``evaluate``, ``tools``), which registers it on import."""
+"""The `tformer` command line (``app``): each command lives in the module of its group, which
+registers it on import. The work happens elsewhere."""
 
 from __future__ import annotations
 

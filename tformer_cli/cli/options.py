@@ -1,8 +1,5 @@
 """How a command is declared: a settings dataclass whose fields are its options (``command``),
-each option generated from its field's metadata (``parameter``: help, spellings, values), the
-options that several commands share (``shared``), and the parser of an option whose values are
-a range, a set or a pattern (``Parsed``): a value outside them is a usage error naming the
-option (exit 2)."""
+each generated from its field's metadata (``parameter``), and the options several share."""
 
 from __future__ import annotations
 
@@ -23,10 +20,8 @@ S = TypeVar("S")
 
 
 class Parsed:
-    """The parser of an option whose values are ``allowed``: a ``Range`` of ``kind`` numbers
-    (finite), a ``OneOf`` or a ``Pattern`` of texts. Anything else (``abc`` for a number,
-    ``nan``, a value out of range) raises the ``ValueError`` that Typer turns into its usage
-    error naming the option (exit 2)."""
+    """The parser of an option whose values are ``allowed``: anything else raises the
+    ``ValueError`` that Typer turns into its usage error naming the option (exit 2)."""
 
     def __init__(self, allowed: Values, kind: type = str) -> None:
         self.allowed, self.kind = allowed, kind
@@ -42,8 +37,7 @@ class Parsed:
 
 def parameter(name: str, hint: Any, default: Any, meta: Mapping[str, Any]) -> inspect.Parameter:
     """The option (or argument) ``name`` of a command, as its settings field declares it
-    (``config.option``): its help and spellings, and its values checked by the parser (Typer's
-    bounds for a whole number, else ``Parsed``)."""
+    (``config.option``), its values checked by Typer's bounds or by ``Parsed``."""
     values, kind = meta.get("values"), kind_of(hint)
     checks: dict[str, Any] = {}
     if isinstance(values, Range) and kind is int:
@@ -95,9 +89,8 @@ def command(
     settings: type[S], name: str | None = None, *, group: typer.Typer = app,
     skip: Collection[str] = (),
 ) -> Callable[[Callable[[S], Any]], Callable[[S], Any]]:  # fmt: skip
-    """Register ``def body(options: settings)`` as the command ``name``: its options are the
-    fields of ``settings`` (``skip`` aside), their values become one ``settings`` object, and
-    a rule that object refuses is the usage error of the option that set it (``from_options``)."""
+    """Register ``def body(options: settings)`` as the command ``name``, its options the fields
+    of ``settings`` (``skip`` aside); a rule they break is a usage error (``from_options``)."""
 
     def register(body: Callable[[S], Any]) -> Callable[[S], Any]:
         @functools.wraps(body)

@@ -1,7 +1,5 @@
-"""The values a config field may hold (``Range``, ``OneOf``: declared once, beside the field,
-checked by the config and by the option that sets it), the metadata of a field that ``tformer
-train`` sets with an option, and building a config from a table of values with one-line
-errors."""
+"""How a settings field is declared (``setting``: its help, spellings, values), the values it
+may hold (``Range``, ``OneOf``, ``Pattern``), and their checks with one-line errors."""
 
 from __future__ import annotations
 
@@ -138,9 +136,8 @@ def refused_kind(kind: type | None, value: Any) -> str | None:
 
 
 def check_values(config: Any) -> None:
-    """A ``SettingError`` for the first field of ``config`` (a dataclass) whose value is not of
-    its type or not one of the ``values`` its metadata declares; ``None`` is no value (an
-    optional setting)."""
+    """A ``SettingError`` for the first field of ``config`` whose value (``None`` aside) is not
+    of its type or not one of the ``values`` it declares."""
     hints = get_type_hints(type(config))
     for f in dataclasses.fields(config):
         allowed, value = f.metadata.get("values"), getattr(config, f.name)

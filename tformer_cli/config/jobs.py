@@ -1,8 +1,5 @@
-"""The settings a user gives the other jobs, each declared once on its field (help, spellings,
-values) for every face: an evaluation (``EvalOptions``: ``tformer eval``, ``compare``,
-``Run.evaluate``), a teacher's translations of a corpus (``DistillOptions``), the attention maps
-of a sentence (``AttentionOptions``) and the server (``ServeOptions``, its per-request
-``Limits``)."""
+"""The settings a user gives the other jobs, declared once for every face: an evaluation, a
+teacher's translations of a corpus, the attention maps of a sentence, and the server."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
 
 @dataclass(frozen=True)
 class EvalOptions(DecodeOptions):
-    """What an evaluation reads and how it searches: the data (default: the run's own; or every
-    pair of two plain files, in order), the split and its first ``limit`` pairs, and the beam
+    """What an evaluation (``tformer eval``, ``compare``, ``Run.evaluate``) reads, and the beam
     pass's search (greedy always runs too; its n-best is one hypothesis)."""
 
     seed: int = setting(
@@ -64,10 +60,8 @@ class EvalOptions(DecodeOptions):
 
 @dataclass(frozen=True)
 class DistillOptions(Checked):
-    """What ``tformer distill`` translates and how: the training split of ``data`` (default:
-    the teacher's own corpus, with its languages, carved with its seed), its first ``limit``
-    pairs, searched with ``beam`` and ``alpha``, ``chunk_size`` pairs at a time (each written
-    whole: a run that stops resumes from the last), ``mix``: the original pairs kept too."""
+    """What ``tformer distill`` translates (the training split of ``data``, default the
+    teacher's own corpus carved with its seed) and how."""
 
     data: str | None = same_as(
         EvalOptions, "data", "Corpus (as for train). Default: the data the teacher was trained on."
@@ -106,9 +100,8 @@ def numbered(*words: str) -> Pattern:
 
 @dataclass(frozen=True)
 class AttentionOptions(Checked):
-    """What `tformer inspect-attention` shows of a sentence: the panels (``kind``; ``layer``
-    and ``head``) of the translation that ``beam`` finds, and for a run trained on toy each
-    head's alignment accuracy on ``align_sentences`` toy test sentences (``align``)."""
+    """What `tformer inspect-attention` shows of a sentence and of the translation ``beam``
+    finds (``align``: for a run trained on toy, each head's alignment accuracy)."""
 
     kind: str = setting(
         "cross",

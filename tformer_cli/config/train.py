@@ -177,9 +177,7 @@ class TrainConfig(Checked):
 
 @dataclass(frozen=True)
 class TrainOption:
-    """A train option, declared by the metadata of the config fields it sets (``option``): its
-    name, type, default, help, the values it takes (``None``: any) and metavar, and its fields
-    in ``table``."""
+    """A train option, declared by the metadata of the config fields (of ``table``) it sets."""
 
     name: str
     kind: Any
@@ -192,9 +190,8 @@ class TrainOption:
 
 
 def train_options() -> dict[str, TrainOption]:
-    """Every option of ``tformer train`` that sets a config field, by its name with ``_``, in the
-    order of the fields; a field whose metadata names another's option (``n_decoder_layers``:
-    ``layers``) is set with it."""
+    """Every option of ``tformer train`` that sets config fields, by its name with ``_``, in the
+    order of the fields (``layers`` sets ``n_encoder_layers`` and ``n_decoder_layers``)."""
     found: dict[str, TrainOption] = {}
     for table, cls in (("model", ModelConfig), ("train", TrainConfig)):
         hints = get_type_hints(cls)
