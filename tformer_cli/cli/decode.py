@@ -116,12 +116,13 @@ def translate(v: Translate) -> None:
         )
     inputs = read_inputs(v.texts, v.file, sys.stdin)
     use = learner(v.use, v.engine, v.quiet)
-    translator = open_translator(
-        v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision,
-        compile=v.compile if use is None else "off", use_cache=not v.no_cache, threads=v.threads,
-    )  # fmt: skip
     if (note := min_len_note(cfg)) is not None and not v.quiet:
         err.print(note, markup=False, highlight=False)
+    translator = open_translator(
+        v.model, cfg, alpha=v.alpha, device=v.device, precision=v.precision,
+        compile=v.compile if use is None else "off", engine=v.engine, use_cache=not v.no_cache,
+        threads=v.threads,
+    )  # fmt: skip
     from tformer_cli.learn.use import swapped
 
     with swapped(use):
@@ -152,7 +153,6 @@ def run_translator(
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
         wrote(v.trace, v.quiet)
-    translator = translator.with_engine(v.engine)
     style = output_style(v.json_out, v.nbest, v.scores)
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
@@ -207,10 +207,6 @@ class Translator:
     engine: SourcesEngine | None = None
     use_cache: bool = True
 
-    def with_engine(self, engine: str) -> Translator:
-        """This translator decoding with ``engine``: torch or ctranslate2."""
-        return dataclasses.replace(self, engine=load_engine(engine, self.runs[0]))
-
     def trace(self, path: Path, texts: Sequence[str]) -> None:
         """``--trace``: the step-through search (``Run.trace``) of the first text, as JSON."""
         from tformer_cli.api.run import Run
@@ -261,16 +257,17 @@ class Translator:
 
 def open_translator(
     models: Sequence[Path] | None, cfg: DecodeConfig, *, alpha: float | None, device: str,
-    precision: str | None, compile: str, use_cache: bool, threads: int = 0,
+    precision: str | None, compile: str, engine: str, use_cache: bool, threads: int = 0,
 ) -> Translator:  # fmt: skip
     """The runs loaded as ``tformer.load`` loads them, with the search ``cfg`` and its length
-    penalty ``alpha`` (default: the first run's ``beam_alpha``)."""
+    penalty ``alpha`` (default: the first run's ``beam_alpha``), decoded by ``engine``."""
     from tformer_cli.api.run import load
     from tformer_cli.report.eval_run import use_threads
 
     run = load(models or None, device=device, precision=precision, compile=compile, alpha=alpha)
     use_threads(threads)
-    return Translator(run.loaded, dataclasses.replace(cfg, alpha=run.alpha), use_cache=use_cache)
+    search = dataclasses.replace(cfg, alpha=run.alpha)
+    return Translator(run.loaded, search, load_engine(engine, run.loaded[0]), use_cache)
 
 
 # ---------------------------------------------------------------------------- inspect-attention
@@ -366,8 +363,8 @@ def distill(v: Distill) -> None:
     precision = v.precision or own_precision(run)
     translator = open_translator(
         [run], cfg, alpha=v.alpha, device=v.device, precision=precision, compile=v.compile,
-        use_cache=True, threads=v.threads,
-    ).with_engine(v.engine)  # fmt: skip
+        engine=v.engine, use_cache=True, threads=v.threads,
+    )  # fmt: skip
     teacher = Teacher(
         translator.runs, translator.cfg, Batching(v.max_tokens), v.engine, precision,
         translator.engine,
