@@ -163,6 +163,9 @@ class Run:
     def _alpha(self, options: DecodeOptions | TraceOptions) -> float:
         return self.alpha if options.alpha is None else options.alpha
 
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return [self.tokenizer.id_to_token(i) for i in ids]
+
     @takes(DecodeOptions)
     def translate(
         self, texts: str | Sequence[str], *, max_tokens: int = 4096, **options: Any
@@ -183,14 +186,7 @@ class Run:
         targets = [h.tokens + [EOS_ID] * h.finished for _, h, _ in pairs]
         per_token = self._forced(encode(self.tokenizer, [s for s, _, _ in pairs]), targets)
         hyps = iter(
-            Hyp(
-                t,
-                [self.tokenizer.id_to_token(i) for i in ids],
-                h.score,
-                h.logprob,
-                lps,
-                h.finished,
-            )
+            Hyp(t, self._pieces(ids), h.score, h.logprob, lps, h.finished)
             for (_, h, t), ids, lps in zip(pairs, targets, per_token, strict=True)
         )
         return [Translated(r.source, [next(hyps) for _ in r.hypotheses]) for r in results]
@@ -236,7 +232,7 @@ class Run:
         tgt_ids = [[*t, EOS_ID] for t in encode(self.tgt_tokenizer, tgt)]
         per_token = self._forced(src_ids, tgt_ids)
         return [
-            Score(s, t, [self.tokenizer.id_to_token(i) for i in ids], lps)
+            Score(s, t, self._pieces(ids), lps)
             for s, t, ids, lps in zip(src, tgt, tgt_ids, per_token, strict=True)
         ]
 
