@@ -55,11 +55,7 @@ from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
 from tformer_cli.training.distributed import agree, leave_world
 from tformer_cli.training.schedule import make_optimizer
-from tformer_cli.training.scheduled_sampling import (
-    check_schedule,
-    sampled_inputs,
-    teacher_forcing_prob,
-)
+from tformer_cli.training.scheduled_sampling import sampled_inputs, teacher_forcing_prob
 from tformer_cli.training.setup import (
     RESUME_OVERRIDES,
     check_max_len,
@@ -114,7 +110,6 @@ class TrainerBase:
         make_board = tensorboard_writer(tensorboard) if tensorboard is not None else None
         self.board = make_board() if make_board is not None and self.world.main else None
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
-        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         # the targets' tokenizer: an imported model's target side's, else the tokenizer
         self.tokenizer, self.tgt_tokenizer, self.data = load_data(
             run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
