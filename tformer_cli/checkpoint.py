@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 RUNS_DIR = Path("runs")
 TARGET_TOKENIZER = "target_tokenizer.json"
-FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
+RUN_FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 
 
 def torch_save(obj: Any, path: Path) -> None:
@@ -64,7 +64,7 @@ class RunConfig:
     model: ModelConfig
     train: TrainConfig
     version: str = __version__
-    format: int = FORMAT
+    format: int = RUN_FORMAT
     imported_from: str | None = None  # a model made elsewhere (tformer import): where from
 
     def save(self, run_dir: Path) -> None:
@@ -81,10 +81,10 @@ class RunConfig:
             if not isinstance(raw, dict) or "format" not in raw:
                 raise TformerError(f"{path} is not a tformer run's config (no run format in it)")
             fmt = raw["format"]
-            if fmt != FORMAT:
+            if fmt != RUN_FORMAT:
                 raise TformerError(
                     f"{path}: run format {fmt} from tformer {raw.get('version')} "
-                    f"cannot be read by tformer {__version__} (format {FORMAT}); retrain it"
+                    f"cannot be read by tformer {__version__} (format {RUN_FORMAT}); retrain it"
                 )
             try:
                 model, train = (
