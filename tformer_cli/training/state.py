@@ -1,15 +1,12 @@
-"""What a run keeps on disk and between processes: its progress (``TrainState``, saved in
-``last.pt`` with the weights and the optimizer), with ``--max-minutes`` as a number of updates
-(``Budget``, for the learning rate to decay to 0 in time), the trimming of what a killed run
-wrote past its last save, the signals that stop it cleanly, the crash tests' kill points, and
-the peak memory its last log record keeps.
+"""What a run keeps on disk and between processes: its progress (``TrainState``, in ``last.pt``
+with the weights and the optimizer) and ``--max-minutes`` as a number of updates (``Budget``),
+the trimming of what a killed run wrote past its last save, the signals that stop it cleanly,
+the crash tests' kill points, and the peak memory.
 
-Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
-minutes, atomically, so a kill at any moment loses at most the work since the last save, and
-``--resume`` replays the lost updates bit for bit on CPU: the batches are a function of (seed,
-epoch) and the random numbers of each micro-batch (dropout, scheduled sampling) of (seed, update,
-micro-batch), so no generator state has to be saved, and the same holds under DDP with any
-number of processes.
+Crash safety: ``last.pt`` is saved atomically at every validation and every ``--save-every``
+minutes, and ``--resume`` replays the lost updates bit for bit on CPU, under DDP too: the
+batches are a function of (seed, epoch), each micro-batch's random numbers of (seed, update,
+micro-batch), so no generator state is saved.
 """
 
 from __future__ import annotations
@@ -176,7 +173,7 @@ class TrainState:
 
     @classmethod
     def saved(cls, values: dict[str, Any]) -> TrainState:
-        """The state saved in a last.pt, less what older versions kept and this one does not."""
+        """The state saved in a last.pt (keys of older versions ignored)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"budget"}
         mine = {k: v for k, v in values.items() if k in known}
         return cls(**mine, budget=Budget.saved(values))
@@ -199,9 +196,8 @@ def save_last(
     device: torch.device,
     on_event: Callable[[str], None],
 ) -> None:
-    """Write ``last.pt`` atomically: weights, optimizer and progress. No random state: each
-    micro-batch seeds its own. ``on_event("save")`` runs with the new file written but not yet
-    in place."""
+    """Write ``last.pt`` atomically (no random state: each micro-batch seeds its own);
+    ``on_event("save")`` runs with the new file written but not yet in place."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -219,8 +215,7 @@ def save_last(
 def load_last(
     run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[TrainState, str | None]:
-    """Load ``last.pt`` into ``model`` and ``optimizer``: (its progress, the device type it was
-    saved on, if it says)."""
+    """Load ``last.pt`` into ``model`` and ``optimizer``: (its progress, its device type)."""
     ckpt = load_state(run_dir / "last.pt")
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -229,7 +224,7 @@ def load_last(
 
 def micro_seeds(seed: int, step: int, n: int) -> list[int]:
     """The seeds of the ``n`` micro-batches of update ``step`` + 1: a function of (seed, update,
-    index) alone, whichever process takes the micro-batch and whether or not the run resumed."""
+    index) alone, whichever process takes them, resumed or not."""
     return [
         int.from_bytes(
             hashlib.blake2b(f"{seed}:{step}:{i}".encode(), digest_size=8).digest()[:7], "little"
@@ -250,9 +245,8 @@ def ended_with_test(run_dir: Path) -> bool:
 
 
 def forget_after(run_dir: Path, step: int) -> None:
-    """Drop what a killed run wrote past the step it resumes from: log.jsonl records (so a
-    curve never shows a step twice; a half-written last line goes too), checkpoints, and the
-    temporary files of saves cut short."""
+    """Drop what a killed run wrote past the step it resumes from: log.jsonl records (a torn
+    last line too), checkpoints, and the temporary files of saves cut short."""
     for tmp in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
         tmp.unlink()
     log = run_dir / "log.jsonl"
@@ -273,9 +267,8 @@ def forget_after(run_dir: Path, step: int) -> None:
 
 @contextmanager
 def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C (SIGINT) or SIGTERM sets a flag, so the loop finishes its update and
-    saves; a second one aborts. SIGTERM is how a cluster scheduler preempts a job and how
-    torchrun stops its workers when Ctrl-C reaches it."""
+    """A first Ctrl-C or SIGTERM (a scheduler's preemption, torchrun's stop) sets a flag, so
+    the loop finishes its update and saves; a second one aborts."""
     flag = [False]
 
     def handler(signum: int, frame: Any) -> None:
@@ -297,12 +290,9 @@ def stop_on_interrupt() -> Iterator[list[bool]]:
 
 
 class KillPoints:
-    """The hook a trainer calls at its named events: ``update`` (an update made, nothing saved
-    since) and ``save`` (inside a save of last.pt, the new file written but not yet in place).
-
-    Tests only: with ``TFORMER_TEST_KILL_AT=EVENT:N`` in the environment (read at set-up, so
-    torchrun's workers get it too) the process SIGKILLs itself at the N-th ``event``, as a
-    power cut or the OOM killer would; without it every event is a no-op."""
+    """The hook a trainer calls at ``update`` (nothing saved since) and ``save`` (last.pt
+    written, not yet in place). Tests only: with ``TFORMER_TEST_KILL_AT=EVENT:N`` the process
+    SIGKILLs itself at the N-th ``event``, as a power cut would; else a no-op."""
 
     def __init__(self, at: str | None = None) -> None:
         self.at = at
@@ -329,8 +319,7 @@ def peak_memory_mib(device: torch.device) -> float:
 
 class MemoryPeak:
     """The peak resident memory (``peak_memory_mib``) and the peak of its anonymous part, which
-    the kernel does not keep: the largest ``anonymous_memory_mib`` of the moments ``note`` is
-    called (each log record: after updates, validations)."""
+    the kernel does not keep: the largest ``anonymous_memory_mib`` seen by ``note``."""
 
     def __init__(self) -> None:
         self.anonymous: float | None = None
