@@ -15,8 +15,7 @@ def first_line(e: BaseException) -> str:
 
 
 def check_dataset_hub(spec: str) -> None:
-    """Before ``load_dataset`` of ``hf:spec``: one HEAD request to the endpoint
-    (``HF_ENDPOINT``), through the Hub's own HTTP client (so its proxy settings apply)."""
+    """Before ``load_dataset`` of ``hf:spec``: one HEAD request to the Hub, by its own client."""
     import datasets
     from huggingface_hub import constants, get_session
 
@@ -32,8 +31,7 @@ def check_dataset_hub(spec: str) -> None:
 
 
 def check_model_hub(name: str) -> None:
-    """Before ``from_pretrained`` of the model ``name``: its model info, which also says
-    whether there is such a model."""
+    """Before ``from_pretrained`` of the model ``name``: its model info."""
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE:
