@@ -12,16 +12,14 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from functools import partial
-from pathlib import Path
+from functools import cached_property, partial
 
 import numpy as np
 import torch
-from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.compile import maybe_compile
-from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.config import TrainConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch
 from tformer_cli.device import autocast, oom_hint
@@ -102,20 +100,10 @@ def train_step(
 class Trainer(TrainerBase):
     """Trains one run folder: ``run()`` returns when a stopping rule fires or on Ctrl-C."""
 
-    def __init__(
-        self,
-        run_dir: Path,
-        model_cfg: ModelConfig,
-        cfg: TrainConfig,
-        *,
-        resume: bool,
-        console: Console,
-        tensorboard: Path | None = None,
-    ) -> None:
-        super().__init__(
-            run_dir, model_cfg, cfg, resume=resume, console=console, tensorboard=tensorboard
-        )
-        self.forward = maybe_compile(
+    @cached_property
+    def forward(self) -> Callable[..., torch.Tensor]:
+        """``forward_loss``, compiled where ``--compile`` says so."""
+        return maybe_compile(
             forward_loss, self.cfg.compile, COMPILE_PAYS, "training step",
             self.console.log, dynamic=True,
         )  # fmt: skip
