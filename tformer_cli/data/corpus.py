@@ -31,9 +31,9 @@ from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
 from tformer_cli.config import TrainConfig
-from tformer_cli.data.hub import check_dataset_hub, first_line
+from tformer_cli.data.hub import check_dataset_hub
 from tformer_cli.data.text import ROWS, read_batches, route, write_pairs
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 
 SPLITS = ("train", "valid", "test")
 VALID_NAMES = ("valid", "validation", "val", "dev")

@@ -4,14 +4,9 @@ is asked in offline mode (``HF_HUB_OFFLINE=1``), where they read their cache."""
 
 from __future__ import annotations
 
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 
 HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's message in one line (its first), or its type's name."""
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def check_dataset_hub(spec: str) -> None:

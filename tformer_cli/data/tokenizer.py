@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 from tformer_cli.files import atomic_write
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -91,8 +91,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the Rust side raises a bare Exception for any parse error
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TformerError(f"{path}: not a valid tokenizer file ({reason})") from e
+        raise TformerError(f"{path}: not a valid tokenizer file ({first_line(e)})") from e
     if not _has_special_ids(tok):
         ids = ", ".join(f"{t}={tok.token_to_id(t)}" for t in SPECIAL_TOKENS)
         raise TformerError(f"{path}: special tokens must be <pad>=0 <unk>=1 <s>=2 </s>=3 ({ids})")
