@@ -5,7 +5,7 @@ runs/<name>/
   tokenizer.json  the trained tokenizer (of an imported model: the source side's)
   target_tokenizer.json  an imported model's target-side tokenizer, same vocabulary (optional)
   model.pt        best weights (state_dict only)
-  last.pt         weights + optimizer + schedule + step + RNG states, for --resume
+  last.pt         weights + optimizer + progress (step, budget), for --resume
   log.jsonl       one JSON object per logged step / validation
   checkpoints/    with --average N: the weights of the last N validations, step-NNNNNN.pt
 

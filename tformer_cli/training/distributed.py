@@ -1,12 +1,9 @@
 """Data parallelism on PyTorch's own engine: ``torchrun`` starts one process per device, each
-trains a DistributedDataParallel copy of the model on its share of every update's batches, and
-DDP all-reduces the gradients. Nothing here averages gradients by hand.
+trains a DistributedDataParallel copy of the model, and DDP all-reduces the gradients.
 
-An update takes ``max(accum, N)`` consecutive token-budget batches of the epoch (the same list on
-every rank: a function of the seed and the epoch), and rank r takes batches r, r+N, r+2N, ... of
-them. So with ``accum`` a multiple of N the global batch is what one process with ``--accum``
-would take, whatever N is; with ``accum < N`` an update is N batches, one per rank. The learning
-rate is per update, so it needs no change with N.
+An update takes ``max(accum, N)`` consecutive batches of the epoch (the same on every rank), and
+rank r takes batches r, r+N, r+2N, ...: with ``accum`` a multiple of N the global batch is one
+process's with ``--accum``, whatever N is, and the learning rate needs no change.
 """
 
 from __future__ import annotations

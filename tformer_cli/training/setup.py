@@ -176,23 +176,17 @@ def load_data(
     """``prepare`` on rank 0 (a run folder it makes goes again if that fails), then on the
     other ranks, which read what it made."""
     if world.main:
-        with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
+        made = not resume and not run_dir.exists()
+        try:
             prepared = prepare(run_dir, cfg, console, resume, max_positions)
+        except BaseException:  # Ctrl-C too: no half-made run is left behind
+            if made:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     barrier(world)
     if not world.main:
         prepared = prepare(run_dir, cfg, console, True, max_positions)
     return prepared
-
-
-@contextmanager
-def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
-    """Remove ``run_dir`` again if it is ``made`` here and the block fails or is interrupted."""
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
 
 
 def prepare(
