@@ -187,8 +187,7 @@ def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, 
 def average_run(
     run: Path, last: int, output: Path | None = None, runs_dir: Path = RUNS_DIR
 ) -> tuple[list[Path], Path]:
-    """Average the ``last`` newest checkpoints of a run into ``output`` (default
-    ``RUN/averaged.pt``): (the checkpoints averaged, the file written)."""
+    """Average a run's ``last`` checkpoints into ``output``: (those averaged, the file)."""
     run_dir = resolve_run(run, runs_dir)
     paths = checkpoint_paths(run_dir)[-last:]
     if len(paths) < 2:
@@ -216,8 +215,7 @@ def latest_run(name: str, runs_dir: Path = RUNS_DIR) -> Path | None:
 
 
 def resolve_run(model: Path, runs_dir: Path = RUNS_DIR) -> Path:
-    """The run folder ``model`` names: a folder; else ``runs_dir/NAME``; else ``latest_run``.
-    Reads no file."""
+    """The run folder ``model`` names: a folder, ``runs_dir/NAME`` or ``latest_run``."""
     if model.is_dir():
         return model
     if model.exists():

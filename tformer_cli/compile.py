@@ -36,8 +36,7 @@ def keep_inductor_cache() -> None:
 
 
 class Compiled(Generic[R]):
-    """``fn`` under ``torch.compile``, compiled on its first call (timed: ``seconds``), or ``fn``
-    itself from then on where compiling failed (``notice`` says why, on one line)."""
+    """``fn`` under ``torch.compile`` (timed: ``seconds``), or ``fn`` where that failed."""
 
     def __init__(
         self,

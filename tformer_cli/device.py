@@ -112,8 +112,7 @@ def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
 
 @contextlib.contextmanager
 def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
-    """Running out of GPU or CPU memory as a one-line ``TformerError`` that suggests a smaller
-    ``--max-tokens`` (``max_tokens``: its value now)."""
+    """Running out of memory as a one-line error that suggests a smaller ``--max-tokens``."""
     try:
         yield
     except (torch.cuda.OutOfMemoryError, MemoryError, RuntimeError) as e:
@@ -128,8 +127,7 @@ def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """Mixed precision for the forward pass; none for fp32 and int8 (whose Linear layers
-    compute in int8 by themselves)."""
+    """Mixed precision for the forward pass; none for fp32 and int8."""
     if dtype is None or dtype == torch.qint8:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
@@ -258,8 +256,7 @@ PROC_STAT = "/proc/stat"
 
 
 def cpu_ticks() -> dict[int, tuple[int, int]] | None:
-    """Per CPU id, its (busy, total) clock ticks since boot (Linux's ``/proc/stat``; idle and
-    iowait are not busy); ``None`` where that is unreadable (macOS, Windows)."""
+    """Per CPU id, its (busy, total) ticks since boot (``/proc/stat``); ``None`` off Linux."""
     try:
         with open(PROC_STAT, encoding="utf-8") as f:
             lines = f.read().splitlines()

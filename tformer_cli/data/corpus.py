@@ -118,8 +118,7 @@ def locate_files(
     tgt_lang: str | None = None,
     **files: str | Path | None,
 ) -> Located:
-    """The files each split is read from, with their reader, found without reading them
-    (``files``: ``PARALLEL_FILES``); no train split for an ``hf:`` dataset."""
+    """The files each split is read from, with their reader (``load_dataset`` reads ``hf:``)."""
     src, tgt, valid_src, valid_tgt = (files.get(name) for name in PARALLEL_FILES)
     located: Located = {}
     if src is not None or tgt is not None:
@@ -262,8 +261,7 @@ READ_BYTES = 1 << 20  # bytes of a text file read and decoded at a time
 
 
 def _read_lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 file, split on `\\n` only, without the blank lines after the last
-    text."""
+    """The lines of a UTF-8 file, split on `\\n` only, less the blank lines at its end."""
     blanks, seen = 0, False  # blank lines held back until text follows them
     for line in _decoded_lines(path):
         if not line.strip():
@@ -277,8 +275,7 @@ def _read_lines(path: Path) -> Iterator[str]:
 
 
 def _decoded_lines(path: Path) -> Iterator[str]:
-    """Every line of ``path``, decoded ``READ_BYTES`` of whole lines at a time (so that an
-    error names its line)."""
+    """Every line of ``path``, decoded ``READ_BYTES`` of whole lines at a time."""
     try:
         with open(path, "rb") as f:
             pending, before = f.read(3).removeprefix(b"\xef\xbb\xbf"), 0  # a byte order mark
@@ -315,8 +312,7 @@ def _checked(src: str, tgt: str, where: str, tgt_where: str | None = None) -> tu
 
 
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
-    """Two files aligned by line number; a differing line count is reported before an empty
-    line."""
+    """Two files aligned by line number (a differing line count reported first)."""
     counts, empty = [0, 0], None
     for i, (s, t) in enumerate(zip_longest(_read_lines(src_path), _read_lines(tgt_path)), 1):
         counts = [counts[0] + (s is not None), counts[1] + (t is not None)]

@@ -134,8 +134,7 @@ def read_split(path: Path) -> Split:
 
 
 def _write_entry(entry: Path, write: Callable[[Path], None]) -> None:
-    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``:
-    a failed write (one line naming the entry) leaves no entry."""
+    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))

@@ -21,8 +21,7 @@ SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
 
 
 def write_pairs(pairs: Iterable[tuple[str, str]], path: Path) -> int:
-    """Write ``pairs`` (source, target) to the Arrow file ``path``, ``ROWS`` at a time; returns
-    how many there were."""
+    """Write ``pairs`` to the Arrow file ``path``, ``ROWS`` at a time; how many there were."""
     n, pairs = 0, iter(pairs)
     try:
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
@@ -42,8 +41,7 @@ def file_batches(path: Path) -> Iterator[pa.RecordBatch]:
 
 
 def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
-    """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, keeping their
-    order: one pass, a batch at a time."""
+    """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, in order."""
     try:
         with ExitStack() as files:
             sinks = [files.enter_context(pa.OSFile(str(out), "wb")) for out in outputs]

@@ -149,8 +149,7 @@ class TrainerBase:
             forget_after(self.run_dir, self.state.step)
 
     def close(self) -> None:
-        """Leave the process group (DDP), the DDP wrapper first: none of its gradient buckets
-        may outlive the group."""
+        """Leave the process group (DDP), the DDP wrapper and its gradient buckets first."""
         self.ddp = None
         gc.collect()
         leave_world(self.world)
@@ -237,8 +236,7 @@ class TrainerBase:
         self.bar(completed=s.step)
 
     def _skip_update(self) -> None:
-        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
-        the run, last.pt as it was."""
+        """Count an update skipped (non-finite); too many in a row stop the run."""
         s = self.state
         s.skipped += 1
         s.skipped_in_a_row += 1
@@ -278,8 +276,7 @@ class TrainerBase:
                 "valid_bleu": score}  # fmt: skip
 
     def _validate_or_save(self) -> None:
-        """Validate every --valid-every updates (rank 0), else save last.pt every --save-every
-        minutes: training time, left out of the token rate."""
+        """Validate every --valid-every updates (rank 0), else save last.pt on time."""
         cfg, s = self.cfg, self.state
         t0, counted = time.perf_counter(), s.elapsed
         if s.step % cfg.valid_every == 0 and self.world.main:
@@ -349,8 +346,7 @@ class TrainerBase:
                     self.board.add_scalar(key, value, s.step)
 
     def _agree_stop(self, interrupted: list[bool]) -> str | None:
-        """Why to stop after this update, one answer on every rank: rank 0's rules or a Ctrl-C
-        on any rank."""
+        """Why to stop after this update, alike on every rank (rank 0's rules, any Ctrl-C)."""
         w = self.world
         reason = INTERRUPTED if interrupted[0] else None
         if w.main:

@@ -100,8 +100,7 @@ def fine_tuning(
 
 
 def resume_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The ``options`` given to a resumed run: (the ``RESUME_OVERRIDES`` fields they change,
-    the options ignored, sorted)."""
+    """A resumed run's ``options``: (the ``RESUME_OVERRIDES`` they set, the others, sorted)."""
     fields = {o: TRAIN_OPTIONS[o].fields[0] if o in TRAIN_OPTIONS else "" for o in options}
     overrides = {fields[o]: value for o, value in options.items() if fields[o] in RESUME_OVERRIDES}
     return overrides, sorted(o for o in options if fields[o] not in RESUME_OVERRIDES)
@@ -173,8 +172,7 @@ def load_data(
     max_positions: int,
     world: World,
 ) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
-    """``prepare`` on rank 0 (a run folder it makes goes again if that fails), then on the
-    other ranks, which read what it made."""
+    """``prepare`` on rank 0, then on the other ranks, which read what it made."""
     if world.main:
         made = not resume and not run_dir.exists()
         try:
@@ -238,8 +236,7 @@ def prepare(
 
 @contextmanager
 def text_folder(cache_dir: Path) -> Iterator[Path]:
-    """A folder beside the data cache (on the runs' disk, not in memory) for the corpus's text
-    while the cache fills, removed afterwards with the empty folders it made."""
+    """A folder beside the data cache for the corpus's text while the cache fills."""
     folder = cache_dir / f".text-{os.getpid()}"
     made = [p for p in (cache_dir, cache_dir.parent) if not p.exists()]
     try:

@@ -39,8 +39,7 @@ KILL_AT = "TFORMER_TEST_KILL_AT"  # tests: EVENT:N, see KillPoints
 
 
 def budget_updates(step: int, elapsed: float, update_seconds: float, minutes: float) -> int:
-    """The update (at least ``step + 1``) at which ``minutes`` run out, from update ``step`` at
-    ``elapsed`` seconds on at ``update_seconds`` per update."""
+    """The update (past ``step``) at which ``minutes`` run out at ``update_seconds`` each."""
     left = max(0.0, minutes * 60 - elapsed)
     return step + max(1, round(left / max(update_seconds, 1e-9)))
 
@@ -128,8 +127,7 @@ class Budget:
         )
 
     def rebudget(self, step: int, elapsed: float, cfg: TrainConfig) -> str | None:
-        """On a resume at ``step`` that changes --max-minutes: a new end from the saved seconds
-        per update. Returns what to say about it."""
+        """A new end on a resume that changes --max-minutes; returns what to say about it."""
         if not self.updates or cfg.max_minutes == self.minutes:
             return None
         was, old = self.updates, self.minutes
@@ -196,8 +194,7 @@ def save_last(
     device: torch.device,
     on_event: Callable[[str], None],
 ) -> None:
-    """Write ``last.pt`` atomically (no random state: each micro-batch seeds its own);
-    ``on_event("save")`` runs with the new file written but not yet in place."""
+    """Write ``last.pt`` atomically, calling ``on_event("save")`` before it is in place."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -223,8 +220,7 @@ def load_last(
 
 
 def micro_seeds(seed: int, step: int, n: int) -> list[int]:
-    """The seeds of the ``n`` micro-batches of update ``step`` + 1: a function of (seed, update,
-    index) alone, whichever process takes them, resumed or not."""
+    """The seeds of the ``n`` micro-batches of update ``step`` + 1, from (seed, update, index)."""
     return [
         int.from_bytes(
             hashlib.blake2b(f"{seed}:{step}:{i}".encode(), digest_size=8).digest()[:7], "little"
@@ -267,8 +263,7 @@ def forget_after(run_dir: Path, step: int) -> None:
 
 @contextmanager
 def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C or SIGTERM (a scheduler's preemption, torchrun's stop) sets a flag, so
-    the loop finishes its update and saves; a second one aborts."""
+    """A first Ctrl-C or SIGTERM sets a flag (the loop saves and stops); a second aborts."""
     flag = [False]
 
     def handler(signum: int, frame: Any) -> None:
