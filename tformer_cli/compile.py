@@ -30,11 +30,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tformer"
 
 
-def keep_inductor_cache() -> None:
-    """Point Inductor's on-disk cache at a folder that survives reboots (unless already set)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
-
-
 class Compiled(Generic[R]):
     """``fn`` under ``torch.compile`` (timed: ``seconds``), or ``fn`` where that failed."""
 

@@ -15,7 +15,7 @@ from functools import cache
 
 import torch
 
-from tformer_cli.compile import keep_inductor_cache
+from tformer_cli.compile import cache_root
 from tformer_cli.errors import TformerError
 
 
@@ -221,11 +221,11 @@ def bound_kernel_cache() -> None:
 
 def setup() -> None:
     """Apply the process-wide settings the ``tformer`` command runs with (``setup_threads``,
-    ``bound_kernel_cache`` in training, ``keep_inductor_cache``). Until it is called, importing,
+    ``bound_kernel_cache`` in training, Inductor's cache kept). Until it is called, importing,
     loading, training or evaluating changes none of them: a library user calls it once, first."""
     global _process_wide
     _process_wide = True
-    keep_inductor_cache()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     setup_threads()
 
 
