@@ -100,9 +100,7 @@ class TrainerBase:
         self.cfg = cfg
         self.world, self.device = placed(cfg.device)
         self.console = console if self.world.main else Console(quiet=True)
-        # --tensorboard: every rank checks for the package (a one-line error), rank 0 writes
-        make_board = tensorboard_writer(tensorboard) if tensorboard is not None else None
-        self.board = make_board() if make_board is not None and self.world.main else None
+        self.board = tensorboard_writer(tensorboard, self.world.main)  # --tensorboard
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
         # the targets' tokenizer: an imported model's target side's, else the tokenizer
         self.tokenizer, self.tgt_tokenizer, self.data = load_data(

@@ -294,12 +294,15 @@ def kept_pairs(
     return split if len(keep) == n else split.select(keep)
 
 
-def tensorboard_writer(folder: Path) -> Callable[[], Any]:
-    """A maker of ``SummaryWriter(folder)``; a one-line error without ``tensorboard``."""
+def tensorboard_writer(folder: Path | None, main: bool) -> Any:
+    """``SummaryWriter(folder)`` on rank 0 (``main``), else None; on every rank, a one-line
+    error without the ``tensorboard`` package."""
+    if folder is None:
+        return None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise TformerError(
             "--tensorboard needs the tensorboard package: pip install tensorboard"
         ) from None
-    return lambda: SummaryWriter(str(folder))
+    return SummaryWriter(str(folder)) if main else None
