@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import checkout_first_env
 from tformer_cli.checkpoint import (
-    FORMAT,
+    RUN_FORMAT,
     RunConfig,
     atomic_torch_save,
     average_run,
@@ -41,7 +41,7 @@ def test_run_config_json_round_trip(tmp_path):
     cfg.save(tmp_path)
     raw = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
     assert raw["model"]["d_model"] == 48 and raw["train"]["src_lang"] == "de"
-    assert raw["format"] == FORMAT
+    assert raw["format"] == RUN_FORMAT
     assert RunConfig.load(tmp_path) == cfg
 
 
@@ -71,7 +71,7 @@ def test_a_target_tokenizer_beside_the_run_must_fit_its_vocabulary(tmp_path, mak
 
 def test_run_config_from_another_format_is_refused(tmp_path):
     cfg = RunConfig(ModelConfig(vocab_size=10), TrainConfig())
-    raw = dataclasses.asdict(cfg) | {"format": FORMAT + 1, "version": "9.9"}
+    raw = dataclasses.asdict(cfg) | {"format": RUN_FORMAT + 1, "version": "9.9"}
     (tmp_path / "config.json").write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(TformerError, match="format"):
         RunConfig.load(tmp_path)

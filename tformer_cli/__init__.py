@@ -8,6 +8,7 @@ setting; ``tformer.setup()`` applies the ones the command line runs with.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -30,9 +31,15 @@ if TYPE_CHECKING:
     from tformer_cli.device import setup
     from tformer_cli.errors import TformerError
 
-PUBLIC = {
-    "Attention", "Curves", "Evaluated", "Hyp", "Run", "Score", "TraceView", "Translated",
-    "compare", "learn", "load", "runs", "train",
+# each public name imported on first use, by the module that holds it
+LAZY = {
+    **dict.fromkeys(
+        ("Attention", "Curves", "Evaluated", "Hyp", "Run", "Score", "TraceView", "Translated",
+         "compare", "learn", "load", "runs", "train"),
+        "tformer_cli.api",
+    ),
+    "setup": "tformer_cli.device",
+    "TformerError": "tformer_cli.errors",
 }  # fmt: skip
 
 __all__ = [
@@ -48,16 +55,6 @@ def __dir__() -> list[str]:
 
 def __getattr__(name: str) -> Any:
     """The public API's names, imported on first use (PEP 562)."""
-    if name in PUBLIC:
-        from tformer_cli import api
-
-        return getattr(api, name)
-    if name == "setup":
-        from tformer_cli.device import setup
-
-        return setup
-    if name == "TformerError":
-        from tformer_cli.errors import TformerError
-
-        return TformerError
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
     raise AttributeError(f"module 'tformer_cli' has no attribute {name!r}")

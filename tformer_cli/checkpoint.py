@@ -5,13 +5,12 @@ runs/<name>/
   tokenizer.json  the trained tokenizer (of an imported model: the source side's)
   target_tokenizer.json  an imported model's target-side tokenizer, same vocabulary (optional)
   model.pt        best weights (state_dict only)
-  last.pt         weights + optimizer + schedule + step + RNG states, for --resume
+  last.pt         weights + optimizer + progress (step, budget), for --resume
   log.jsonl       one JSON object per logged step / validation
   checkpoints/    with --average N: the weights of the last N validations, step-NNNNNN.pt
 
 A run is named by its folder, or by a name under ``runs/`` (``resolve_run``). Importing this
-module imports no torch (each function that needs it imports it): the command line checks the
-runs it is given before torch loads, so a mistyped name is reported at once, not seconds later.
+module imports no torch, so the command line checks the runs it is given before torch loads.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from tokenizers import Tokenizer
 from tformer_cli import __version__
 from tformer_cli.config import ModelConfig, TrainConfig, from_dict
 from tformer_cli.data.tokenizer import load_tokenizer
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 from tformer_cli.files import atomic_write, atomic_write_text
 
 if TYPE_CHECKING:
@@ -41,12 +40,11 @@ if TYPE_CHECKING:
 
 RUNS_DIR = Path("runs")
 TARGET_TOKENIZER = "target_tokenizer.json"
-FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
+RUN_FORMAT = 1  # bump when the run folder's layout or the state_dict's keys change
 
 
 def torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` through a Python file, so that a failed write (a full disk) surfaces as
-    the ``OSError`` it is (``torch.save`` to a path reports it as a bare ``RuntimeError``)."""
+    """``torch.save`` through a Python file: a failed write is an ``OSError``."""
     import torch
 
     with open(path, "wb") as f:
@@ -64,7 +62,7 @@ class RunConfig:
     model: ModelConfig
     train: TrainConfig
     version: str = __version__
-    format: int = FORMAT
+    format: int = RUN_FORMAT
     imported_from: str | None = None  # a model made elsewhere (tformer import): where from
 
     def save(self, run_dir: Path) -> None:
@@ -81,10 +79,10 @@ class RunConfig:
             if not isinstance(raw, dict) or "format" not in raw:
                 raise TformerError(f"{path} is not a tformer run's config (no run format in it)")
             fmt = raw["format"]
-            if fmt != FORMAT:
+            if fmt != RUN_FORMAT:
                 raise TformerError(
                     f"{path}: run format {fmt} from tformer {raw.get('version')} "
-                    f"cannot be read by tformer {__version__} (format {FORMAT}); retrain it"
+                    f"cannot be read by tformer {__version__} (format {RUN_FORMAT}); retrain it"
                 )
             try:
                 model, train = (
@@ -138,8 +136,9 @@ def load_state(path: Path) -> dict[str, Any]:
             " numbers, which tformer does not load"
         ) from None
     except Exception as e:  # torch raises many types for truncated or foreign files
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TformerError(f"{path} is corrupt or not a tformer checkpoint ({reason})") from None
+        raise TformerError(
+            f"{path} is corrupt or not a tformer checkpoint ({first_line(e)})"
+        ) from None
 
 
 CHECKPOINTS = "checkpoints"
@@ -164,8 +163,8 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int) 
 
 
 def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of state dicts with equal keys and shapes, summed in fp32 (each
-    tensor keeps its dtype). Reads ``states`` one at a time: one model in memory, plus the sum."""
+    """The element-wise mean of state dicts with equal keys and shapes, summed in fp32, read
+    one at a time (each tensor keeps its dtype)."""
     import torch
 
     total: dict[str, torch.Tensor] = {}
@@ -188,9 +187,7 @@ def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, 
 def average_run(
     run: Path, last: int, output: Path | None = None, runs_dir: Path = RUNS_DIR
 ) -> tuple[list[Path], Path]:
-    """Average the ``last`` newest checkpoints of a run (a folder or a name under ``runs_dir``)
-    into ``output`` (default ``RUN/averaged.pt``), atomically. Returns the checkpoints averaged
-    and the file written."""
+    """Average a run's ``last`` checkpoints into ``output``: (those averaged, the file)."""
     run_dir = resolve_run(run, runs_dir)
     paths = checkpoint_paths(run_dir)[-last:]
     if len(paths) < 2:
@@ -208,8 +205,7 @@ _STAMPED = re.compile(r"-\d{8}-\d{6}")
 
 
 def latest_run(name: str, runs_dir: Path = RUNS_DIR) -> Path | None:
-    """The newest ``runs_dir/NAME-YYYYMMDD-HHMMSS`` (as ``tformer train`` names a run given no
-    ``--name``), by its time stamp; ``None`` if there is none."""
+    """The newest ``runs_dir/NAME-YYYYMMDD-HHMMSS`` (a run trained without ``--name``), if any."""
     stamped = [
         p.name
         for p in (runs_dir.iterdir() if runs_dir.is_dir() else [])
@@ -219,9 +215,7 @@ def latest_run(name: str, runs_dir: Path = RUNS_DIR) -> Path | None:
 
 
 def resolve_run(model: Path, runs_dir: Path = RUNS_DIR) -> Path:
-    """The run folder ``model`` names: a folder; else ``runs_dir/NAME``; else the newest
-    ``runs_dir/NAME-YYYYMMDD-HHMMSS`` (``latest_run``: ``toy`` is the newest toy run trained
-    without ``--name``). Reads no file: cheap enough to check every ``-m`` before torch loads."""
+    """The run folder ``model`` names: a folder, ``runs_dir/NAME`` or ``latest_run``."""
     if model.is_dir():
         return model
     if model.exists():
@@ -261,9 +255,7 @@ class LoadedRun:
 
 def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | None) -> Transformer:
     """``net`` (eval mode, on ``device``) as inference runs it: int8 Linear layers
-    (``torch.qint8``, CPU); column-major weights on the CPU; on a GPU in bf16, weights kept in
-    bf16, which is what autocast casts them to at every call (a CUDA graph would repeat the
-    casts at every step)."""
+    (``torch.qint8``), else column-major weights on the CPU, or bf16 weights on a GPU in bf16."""
     import torch
 
     from tformer_cli.model.fast import column_major
@@ -277,8 +269,7 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
 
 
 def load_weights(net: torch.nn.Module, run_dir: Path) -> None:
-    """Load ``run_dir/model.pt`` into ``net``, a model built from the run's config.json; a
-    mismatch is a one-line error that names its first difference."""
+    """Load ``run_dir/model.pt`` into ``net``; a mismatch is a one-line error."""
     try:
         net.load_state_dict(load_state(run_dir / "model.pt"))
     except (RuntimeError, TypeError, AttributeError) as e:
@@ -291,8 +282,7 @@ def load_weights(net: torch.nn.Module, run_dir: Path) -> None:
 def load_run(
     model: Path, device: str = "auto", precision: str = "fp32", compile: str = "auto"
 ) -> LoadedRun:
-    """Load ``model.pt`` + ``tokenizer.json`` of a run (a folder or a name: ``resolve_run``) in
-    eval mode, ready for inference (``for_inference``)."""
+    """Load a run's ``model.pt`` and tokenizers, ready for inference (``for_inference``)."""
     from tformer_cli.compile import check_mode
     from tformer_cli.device import resolve_device, resolve_precision, setup_threads
     from tformer_cli.model import Transformer

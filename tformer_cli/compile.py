@@ -1,12 +1,6 @@
-"""One way to compile, shared by the decode step and the training step: ``--compile auto|on|off``.
-
-``off`` runs the eager function; ``on`` compiles it with ``torch.compile``; ``auto`` asks the
-caller, who knows where compiling pays (per device, precision and amount of work).
-A compiled function falls back to eager, with a one-line notice, when compiling fails; the
-first call's compile time is reported (on stderr unless the caller takes the notices).
-Inductor's on-disk cache lives under ``~/.cache/tformer/inductor`` (or
-``$TORCHINDUCTOR_CACHE_DIR``) once ``device.setup()`` ran, so a second run reuses it; the
-compiled CPU decode steps under ``~/.cache/tformer/steps`` (``cache_root``).
+"""One way to compile, shared by the decode step and the training step: ``--compile auto|on|off``
+(``auto``: where the caller knows compiling pays). A compiled function falls back to eager, with
+a one-line notice, when compiling fails; Inductor's cache lives under ``cache_root()``.
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from tformer_cli.config.fields import check_mode
+from tformer_cli.errors import first_line
 
 R = TypeVar("R")
 
@@ -31,19 +26,12 @@ def wanted(mode: str, auto: bool) -> bool:
 
 
 def cache_root() -> Path:
-    """The folder of what compiling leaves for later runs: ``$XDG_CACHE_HOME/tformer``, by
-    default ``~/.cache/tformer``. Deleting it costs only a rebuild."""
+    """The folder of what compiling leaves for later runs: ``$XDG_CACHE_HOME/tformer``."""
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tformer"
 
 
-def keep_inductor_cache() -> None:
-    """Point Inductor's on-disk cache at a folder that survives reboots (unless already set)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
-
-
 class Compiled(Generic[R]):
-    """``fn`` under ``torch.compile``, compiled on its first call (timed: ``seconds``), or ``fn``
-    itself from then on where compiling failed (``notice`` says why, on one line)."""
+    """``fn`` under ``torch.compile`` (timed: ``seconds``), or ``fn`` where that failed."""
 
     def __init__(
         self,
@@ -68,8 +56,8 @@ class Compiled(Generic[R]):
             raise
         except Exception as e:  # Dynamo/Inductor errors, at the first call or a recompile
             self.compiled = None
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self.notice = f"compiling the {self.name} failed ({reason[:160]}); running it eagerly"
+            reason = first_line(e)[:160]
+            self.notice = f"compiling the {self.name} failed ({reason}); running it eagerly"
             self.on_notice(self.notice)
             return self.eager(*args, **kwargs)
         if self.seconds is None:

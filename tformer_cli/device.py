@@ -15,7 +15,7 @@ from functools import cache
 
 import torch
 
-from tformer_cli.compile import keep_inductor_cache
+from tformer_cli.compile import cache_root
 from tformer_cli.errors import TformerError
 
 
@@ -36,38 +36,39 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def cpuinfo() -> str:
+    """Linux's ``/proc/cpuinfo``; empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 @cache
 def cpu_has_fast_bf16() -> bool:
     """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = f.read()
-    except OSError:
-        return False
+    flags = cpuinfo()
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 # The narrowest model that ``auto`` trains in bf16: below it the GEMMs are too small for bf16 to
-# repay its casts (benchmarks/bench_train.py, docs/speed.md), and the toy default stays fp32.
+# repay its casts (docs/speed.md), and the toy default stays fp32.
 BF16_MIN_WIDTH = 256
 
 
 def cuda_native_bf16(device: torch.device | None = None) -> bool:
-    """True where the GPU computes bf16 and TF32 in hardware: compute capability 8.0 (Ampere)
-    or newer. ``torch.cuda.is_bf16_supported()`` also says True on older cards (Volta, Turing),
-    which only emulate bf16, slower than fp32."""
+    """True where the GPU computes bf16 and TF32 in hardware (Ampere or newer); older cards
+    only emulate bf16, though ``torch.cuda.is_bf16_supported()`` says True there too."""
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def resolve_precision(
     precision: str, device: torch.device, d_model: int = 512, inference: bool = False
 ) -> torch.dtype | None:
-    """The compute dtype: ``None`` = fp32, bf16 (autocast), or, for inference on the CPU only
-    (``inference``), ``torch.qint8``: int8 Linear weights (``model/quantize.py``).
-    ``auto``: bf16 where it is fast: on CUDA GPUs
-    with bf16 hardware (``cuda_native_bf16``; older ones train in plain fp32, without TF32,
-    which they lack too), and on CPUs with bf16 matrix units for models at least
-    ``BF16_MIN_WIDTH`` wide. ``bf16`` asked for by name also runs emulated on older GPUs."""
+    """The compute dtype: ``None`` = fp32, bf16 (autocast), or ``torch.qint8`` (int8 Linear
+    weights, CPU ``inference`` only). ``auto``: bf16 on GPUs with bf16 hardware and on CPUs
+    with bf16 matrix units for models ``BF16_MIN_WIDTH`` wide or more."""
     if precision == "fp32":
         return None
     if precision == "int8" and inference:
@@ -95,9 +96,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8
 
 
 def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
-    """The precision matrix products actually run in, for logs and reports: ``bf16 autocast``
-    (any autocast dtype: ``<dtype> autocast``), ``tf32`` (fp32 weights and activations, but
-    CUDA matmuls on TF32 tensor cores: 10-bit mantissa inputs) or ``fp32``."""
+    """The precision matrix products run in, for logs: ``<dtype> autocast``, ``int8``, ``tf32``
+    (fp32 tensors, CUDA matmuls on TF32 tensor cores) or ``fp32``."""
     if dtype == torch.qint8:
         return "int8"
     if dtype is not None:
@@ -112,8 +112,7 @@ def precision_name(device: torch.device, dtype: torch.dtype | None) -> str:
 
 @contextlib.contextmanager
 def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
-    """Turn running out of GPU or CPU memory into a one-line ``TformerError`` that suggests a
-    smaller ``--max-tokens`` (the batch size in tokens; ``max_tokens``: its value now)."""
+    """Running out of memory as a one-line error that suggests a smaller ``--max-tokens``."""
     try:
         yield
     except (torch.cuda.OutOfMemoryError, MemoryError, RuntimeError) as e:
@@ -128,23 +127,25 @@ def oom_hint(max_tokens: int | None = None) -> Iterator[None]:
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """Mixed precision for the forward pass; weights and optimizer state stay fp32. None for
-    fp32 and int8 (its Linear layers compute in int8 by themselves)."""
+    """Mixed precision for the forward pass; none for fp32 and int8."""
     if dtype is None or dtype == torch.qint8:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def reuse_freed_memory() -> None:
-    """Make glibc keep freed memory for the next allocation instead of returning it to the OS.
-
-    By default each block over 32 MB (a batch's logits: tokens x V floats) is mmap'ed afresh
-    and its pages faulted in on first touch, which slows every pass over such a tensor (and so
-    training: docs/speed.md). A no-op off glibc.
-    """
+def c_library() -> ctypes.CDLL | None:
+    """The C library, where it is glibc's ``libc.so.6``; else None."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        return ctypes.CDLL("libc.so.6")
     except OSError:
+        return None
+
+
+def reuse_freed_memory() -> None:
+    """Make glibc keep freed memory for the next allocation: else each large block (a batch's
+    logits) is mmap'ed afresh and its pages faulted in on first touch (docs/speed.md)."""
+    libc = c_library()
+    if libc is None:
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
     libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)  # heap-allocate blocks up to 1 GiB
@@ -162,21 +163,21 @@ class MallInfo2(ctypes.Structure):
 
 
 def glibc() -> ctypes.CDLL | None:
-    """The C library where it is glibc (``malloc_trim`` and ``mallinfo2``), else None."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2") else None
+    """The C library where it is glibc with ``malloc_trim`` and ``mallinfo2``, else None."""
+    libc = c_library()
+    return (
+        libc
+        if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2")
+        else None
+    )
 
 
 PROC_STATUS = "/proc/self/status"
 
 
 def anonymous_memory_mib() -> float | None:
-    """The anonymous part of the resident memory now (Linux's ``RssAnon``: the heap, tensors,
-    caches; not the mapped libraries and data files, which other processes share), in MiB;
-    None where ``/proc`` does not say."""
+    """The anonymous part of the resident memory now in MiB (Linux's ``RssAnon``: the heap,
+    tensors; not the mapped files other processes share); None where ``/proc`` does not say."""
     try:
         with open(PROC_STATUS, encoding="ascii") as f:
             line = next((x for x in f if x.startswith("RssAnon:")), "")
@@ -191,11 +192,9 @@ KEEP_FREE = 768
 
 
 def release_freed_memory(keep: float = 0.0) -> bool:
-    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``, the blocks
-    stay) where the anonymous memory exceeds what is allocated by more than ``keep`` MiB;
-    whether it did. ``reuse_freed_memory`` keeps freed blocks for the next update, but blocks
-    that varying batch shapes leave unused (and what reading the corpus or decoding a
-    validation left) would stay resident for good. A no-op off glibc and Linux."""
+    """Give the pages of glibc's free heap blocks back to the OS (``malloc_trim``) where the
+    anonymous memory exceeds what is allocated by more than ``keep`` MiB; whether it did. Else
+    blocks that varying batch shapes leave unused would stay resident for good."""
     libc, anonymous = glibc(), anonymous_memory_mib()
     if libc is None or anonymous is None:
         return False
@@ -208,46 +207,31 @@ def release_freed_memory(keep: float = 0.0) -> bool:
 
 
 _process_wide = False  # set by setup(): the process asked for tformer's process-wide settings
-
-
 TRAINING_KERNEL_CACHE = 32  # oneDNN kernels (matmul shapes) kept while training
 
 
 def bound_kernel_cache() -> None:
     """Training's oneDNN kernel cache: ``TRAINING_KERNEL_CACHE`` shapes unless
-    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` says otherwise. Batch shapes change from update to
-    update, so a kernel seldom serves beyond its own update; with oneDNN's default of 1,024 the
-    cache's churn among each update's tensors fragmented glibc's heap, which grew by GBs over a
-    long run (docs/training.md, "Memory"). oneDNN reads the variable once, when it makes its
-    first kernel: a process that ran a matmul before keeps its size, and one that trains keeps
-    the bound after training. Nothing unless ``setup()`` was called."""
+    ``$ONEDNN_PRIMITIVE_CACHE_CAPACITY`` says otherwise; the default's churn of kernels for
+    ever-changing batch shapes fragmented glibc's heap (docs/training.md, "Memory"). oneDNN
+    reads it at its first kernel. Nothing unless ``setup()`` was called."""
     if _process_wide:
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(TRAINING_KERNEL_CACHE))
 
 
 def setup() -> None:
-    """Apply the process-wide settings the ``tformer`` command runs with: torch's CPU threads
-    (``setup_threads``, applied again as a run loads or training starts), glibc's allocator
-    (``reuse_freed_memory``), TF32 matmuls on GPUs that have TF32 units, and Inductor's on-disk
-    cache folder (``keep_inductor_cache``). oneDNN's cache of compiled kernels keeps its
-    default size (1,024 matmul shapes) except in a process that trains (``bound_kernel_cache``).
-
-    The command line calls it at start. Importing ``tformer_cli``, loading a run, training or
-    evaluating changes none of these until it has been called (their ``setup_threads`` calls do
-    nothing before): a library user who wants them calls ``tformer_cli.setup()`` once, first.
-    """
+    """Apply the process-wide settings the ``tformer`` command runs with (``setup_threads``,
+    ``bound_kernel_cache`` in training, Inductor's cache kept). Until it is called, importing,
+    loading, training or evaluating changes none of them: a library user calls it once, first."""
     global _process_wide
     _process_wide = True
-    keep_inductor_cache()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     setup_threads()
 
 
 def setup_threads() -> None:
-    """One thread per core the process may run on, or ``$TFORMER_THREADS``: on a machine busy
-    with other work, fewer threads than cores avoid OpenMP threads spinning against each other.
-    Also ``reuse_freed_memory()`` and TF32 matmuls on GPUs that have TF32 units (Ampere+).
-    Nothing unless ``setup()`` was called: a process that imports tformer as a library keeps
-    its own settings."""
+    """One torch thread per core the process may run on, or ``$TFORMER_THREADS``; glibc's
+    ``reuse_freed_memory``; TF32 matmuls on GPUs with TF32 units. Nothing before ``setup()``."""
     if not _process_wide:
         return
     cores = len(allowed_cpus())
@@ -272,9 +256,7 @@ PROC_STAT = "/proc/stat"
 
 
 def cpu_ticks() -> dict[int, tuple[int, int]] | None:
-    """Per CPU id, its (busy, total) clock ticks since boot, from Linux's ``/proc/stat``;
-    ``None`` where that is unreadable (macOS, Windows). Idle and iowait are not busy; guest
-    time is already counted in user time."""
+    """Per CPU id, its (busy, total) ticks since boot (``/proc/stat``); ``None`` off Linux."""
     try:
         with open(PROC_STAT, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -290,9 +272,8 @@ def cpu_ticks() -> dict[int, tuple[int, int]] | None:
 
 
 def busy_cores(seconds: float = 0.15) -> float | None:
-    """How many of this process's CPUs other processes keep busy now: their busy share over
-    ``seconds`` of ``/proc/stat``, less this process's own CPU time; ``None`` where
-    ``cpu_ticks`` has nothing to say."""
+    """How many of this process's CPUs other processes keep busy over ``seconds`` (``cpu_ticks``
+    less this process's own CPU time); ``None`` where ``cpu_ticks`` has nothing to say."""
     before, own_before = cpu_ticks(), os.times()
     if before is None:
         return None
@@ -310,14 +291,8 @@ def busy_cores(seconds: float = 0.15) -> float | None:
 
 
 def free_cores() -> int:
-    """The cores of this process not busy with other work, at least 1.
-
-    A torch thread that waits for a core another process holds stalls every small op of the
-    decoding loop, so a loaded machine decodes faster on fewer threads. Busy means busy now
-    (``busy_cores``), not the 1-minute load average, which still counts a training run that
-    ended seconds ago; the load average serves only where ``/proc/stat`` is missing (macOS), and
-    nothing (all cores) where it is missing too.
-    """
+    """The cores of this process not busy with other work now (``busy_cores``; else the load
+    average, else none), at least 1: a thread waiting for a busy core stalls decoding's loop."""
     cores = len(allowed_cpus())
     busy = busy_cores()
     if busy is None:
@@ -336,13 +311,8 @@ def inference(device: torch.device, dtype: torch.dtype | None) -> Iterator[None]
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows: benchmarks print
-    it beside every number, since machines differ from run to run."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows (for benchmarks)."""
+    for line in cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()

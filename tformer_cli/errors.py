@@ -11,6 +11,11 @@ class TformerError(Exception):
     """A problem the user can fix (bad input, missing run, wrong option); never a bug."""
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's message in one line (its first), or its type's name."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 class Spelled(dict):  # type: ignore[type-arg]
     """The names of the settings a rule mentions (``{beam}``), as a face writes them."""
 

@@ -1,8 +1,6 @@
-"""Atomic, durable file writes: a temporary file in the target's folder, synced to disk, then
-``os.replace``, then the folder synced, so that readers never see half a file, an interrupted
-write leaves the old file whole, and after a power cut the name points at the whole new file
-or the old one (never at an empty file, as on file systems without ext4's rename heuristic);
-and a file's SHA-256, which names what was made from it (stored evaluations, exports)."""
+"""Atomic, durable file writes: a temporary file synced to disk, ``os.replace``, then the folder
+synced, so that readers never see half a file and after a power cut the name points at the
+whole new file or the old one; and a file's SHA-256."""
 
 from __future__ import annotations
 
@@ -27,9 +25,7 @@ def sync_file(path: Path) -> None:
 
 
 def sync_dir(folder: Path) -> None:
-    """``fsync`` a folder, so that a rename into it survives a power cut. Best effort, as in
-    SQLite: some platforms and file systems cannot open or sync a folder; the file itself is
-    already whole on disk then."""
+    """``fsync`` a folder, so that a rename into it survives a power cut; best effort."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -50,9 +46,7 @@ def umask() -> int:
 
 
 def give_usual_mode(path: Path) -> None:
-    """Give ``path`` the mode a plain ``open()`` or ``mkdir`` would: 0666 (a file) or 0777 (a
-    folder) less the umask, where ``mkstemp``, ``mkdtemp`` and some writers (safetensors) make
-    0600 or 0700."""
+    """Give ``path`` the mode a plain ``open()`` or ``mkdir`` would, not ``mkstemp``'s."""
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
 
 
@@ -62,10 +56,8 @@ STORAGE_FAULTS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EA
 
 
 def storage_fault(e: BaseException) -> OSError | None:
-    """The ``OSError`` behind ``e``: ``e`` itself, or one it was raised from or while handling
-    (a writer such as ``torch.save`` into a file object reports a failed write as its own
-    ``RuntimeError``, with the ``OSError`` as its context), or the one a Rust writer names in
-    its message (safetensors: ``I/O error: File too large (os error 27)``)."""
+    """The ``OSError`` behind ``e``: ``e``, its cause or context (``torch.save``'s
+    ``RuntimeError``), or the one a Rust writer names (``(os error 27)``)."""
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, OSError):
@@ -84,11 +76,8 @@ def write_error(path: Path, e: OSError) -> TformerError:
 
 
 def atomic_write(path: Path, write: Callable[[Path], object], *, durable: bool = True) -> None:
-    """Call ``write(tmp)`` then ``os.replace(tmp, path)``: readers never see half a file.
-
-    ``durable``: sync the file before the rename and the folder after it (checkpoints, run
-    files), and the parent of each folder it had to make; ``False`` skips all that, for outputs
-    that are cheap to make again."""
+    """Call ``write(tmp)`` then ``os.replace(tmp, path)``; ``durable``: sync the file before the
+    rename and the folders after it (``False``: for outputs cheap to make again)."""
     made: list[Path] = []
     folder = path.parent
     while not folder.exists() and folder != folder.parent:

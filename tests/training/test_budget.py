@@ -1,6 +1,6 @@
-"""Tests for tformer_cli.training.budget: the estimate of the updates --max-minutes allows, made
-at the end of warm-up and after every validation, saved in last.pt, and a resume that changes
-the budget."""
+"""Tests for tformer_cli.training.state's Budget: the estimate of the updates --max-minutes
+allows, made at the end of warm-up and after every validation, saved in last.pt, and a resume
+that changes the budget."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from tests.training.test_trainer import (
     train_cfg,
 )
 from tformer_cli.checkpoint import load_state
-from tformer_cli.training import bookkeeping, budget
-from tformer_cli.training.budget import budget_updates
+from tformer_cli.training import bookkeeping
+from tformer_cli.training import state as state_module
 from tformer_cli.training.schedule import lr_at
-from tformer_cli.training.state import TrainState
+from tformer_cli.training.state import TrainState, budget_updates
 from tformer_cli.training.trainer import Trainer
 
 
@@ -38,7 +38,7 @@ def fixed_estimate(monkeypatch, updates_left: int = 30) -> None:
     def estimate(step: int, elapsed: float, seconds: float, minutes: float) -> int:
         return step + updates_left
 
-    monkeypatch.setattr(budget, "budget_updates", estimate)
+    monkeypatch.setattr(state_module, "budget_updates", estimate)
 
 
 def test_the_estimate_is_made_at_the_end_of_warmup_and_saved(
@@ -88,7 +88,7 @@ def test_the_estimate_is_made_again_after_every_validation_and_the_decay_never_j
         saves.setdefault(self.state.step, (self.state.budget.valid_seconds, self.state.elapsed))
         save(self)
 
-    monkeypatch.setattr(budget, "budget_updates", estimate)
+    monkeypatch.setattr(state_module, "budget_updates", estimate)
     monkeypatch.setattr(Trainer, "validate", slow_validation)
     monkeypatch.setattr(Trainer, "_save_last", recorded_save)
     trainer, _ = run(

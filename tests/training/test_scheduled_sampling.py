@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from tests.training.test_trainer import run
+from tformer_cli.config import TrainConfig
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
 from tformer_cli.errors import TformerError
 from tformer_cli.training.scheduled_sampling import (
-    check_schedule,
     mix_inputs,
     model_predictions,
     teacher_forcing_prob,
@@ -51,8 +51,8 @@ def test_off_is_always_teacher_forcing():
      ("linear", None, "beam")],
 )  # fmt: skip
 def test_settings_outside_a_schedules_domain_are_refused(schedule, k, mix):
-    with pytest.raises(TformerError):
-        check_schedule(schedule, k, mix)
+    with pytest.raises(TformerError):  # TrainConfig holds no setting outside its domain
+        TrainConfig(scheduled_sampling=schedule, ss_k=k, ss_mix=mix)
 
 
 def test_mix_with_eps_zero_feeds_the_previous_prediction_but_keeps_bos_and_padding():

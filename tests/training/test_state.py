@@ -9,8 +9,7 @@ import torch
 
 from tformer_cli import device
 from tformer_cli.training import state as state_module
-from tformer_cli.training.budget import Budget
-from tformer_cli.training.state import KillPoints, TrainState, micro_seeds
+from tformer_cli.training.state import Budget, KillPoints, TrainState, micro_seeds
 
 # The keys of last.pt's "state", in order: older runs resume from them, so they never change
 SAVED_KEYS = [

@@ -25,8 +25,7 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
 @dataclass
 class Batch:
     """A teacher-forcing batch: src (B, S); decoder input ``<s> y`` and output ``y </s>`` (B, T);
-    ``real`` (N,): the flat indices of the N real (non-pad) target positions, found on the host
-    when the batch is made, so the device never has to report how many there are."""
+    ``real`` (N,): the flat indices of the real (non-pad) target positions, found on the host."""
 
     src: Tensor
     tgt_in: Tensor
@@ -71,17 +70,10 @@ def plan_batches(
     pool: int = 100,
     max_sentences: int | None = None,
 ) -> list[np.ndarray]:
-    """Group example indices into batches of at most ``max_tokens`` padded tokens.
-
-    ``lengths[i]`` is the padded cost of example i per row (e.g. ``max(|src|, |tgt|) + 1``).
-    With ``rng``, examples are shuffled, sorted by length within pools of ``pool`` batches'
-    worth (so batches differ from epoch to epoch while padding stays small) and the batches are
-    shuffled; without it, order is by length (deterministic, for evaluation).
-    ``max_sentences`` also caps the rows per batch. A single example longer than the budget
-    still gets a batch of its own. Only numpy arrays of the n indices are held: the batches are
-    views of them. The random draws are ``rng.shuffle``'s on the indices, then on the batches,
-    so a seed gives the batches it gave when they were Python lists.
-    """
+    """Group example indices into batches of at most ``max_tokens`` padded tokens (and
+    ``max_sentences`` rows); ``lengths[i]``: example i's padded cost per row. With ``rng``,
+    shuffled, sorted by length within pools of ``pool`` batches' worth, and the batches
+    shuffled; without it, by length. An example over the budget gets a batch of its own."""
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.arange(len(lengths), dtype=np.int64)
     if rng is not None and len(order):
@@ -104,8 +96,7 @@ def _greedy(
     chunk: np.ndarray, sorted_lengths: np.ndarray, max_tokens: int, max_sentences: int | None
 ) -> list[np.ndarray]:
     """Cut ``chunk`` (sorted by length) into batches, each as long as it can be: row k joins
-    the batch that starts at p while (k - p + 1) * length_k <= max_tokens (its longest is
-    length_k, the lengths being sorted) and, with ``max_sentences``, k - p < max_sentences."""
+    the batch that starts at p while (k - p + 1) * length_k <= max_tokens."""
     batches, p, n = [], 0, len(chunk)
     cap = n if max_sentences is None else max_sentences
     while p < n:

@@ -1,21 +1,10 @@
 """Load parallel text as a `datasets.DatasetDict`: splits train/valid/test, string columns src/tgt.
 
-Sources (`load_corpus(data=...)`):
-- `"toy"`: the bundled toy corpus (`toy_corpus_dir()`).
-- a folder holding `{train,valid,test}.tsv` (`source<TAB>target`), or `.jsonl` (one
-  `{"src": ..., "tgt": ...}` per line), or plain parallel files `train.<lang>` (needs
-  `src_lang`/`tgt_lang`). The valid split may also be named `validation`, `val` or `dev`; the test
-  split is `test`, else the alphabetically first name starting with `test` (e.g. `test2016`).
-- a single `.tsv` or `.jsonl` file: the train split.
-- `src_file`/`tgt_file`: two plain parallel files anywhere, the train split (they take
-  precedence; a run trained on them keeps `data="files"`, `FILES`).
-- `valid_src_file`/`valid_tgt_file`, with any of the above: two plain parallel files, the valid
-  split (in place of the source's own).
-- `"hf:NAME[:CONFIG]"`: `datasets.load_dataset(NAME, CONFIG)`, with a `translation` column, or
-  `src`/`tgt` columns, or columns named by the language codes.
-
-Missing valid/test splits are carved from train (see `_carve`). Input is validated and every
-problem is a one-line `TformerError` naming the file and 1-based line: nothing is dropped silently.
+Sources (docs/data.md): `"toy"`; a folder of `{train,valid,test}` `.tsv`, `.jsonl` or
+`.<lang>` files (the valid split may be `validation`, `val` or `dev`, the test split the first
+`test*`); one `.tsv` or `.jsonl` file (train); `src_file`/`tgt_file` (train, `FILES`) and
+`valid_src_file`/`valid_tgt_file` (valid); `"hf:NAME[:CONFIG]"`. Missing valid/test splits are
+carved from train (`_carve`). Every problem is a one-line `TformerError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -42,9 +31,9 @@ from datasets import Dataset, DatasetDict, DatasetInfo, Features, Value
 
 from tformer_cli import __version__
 from tformer_cli.config import TrainConfig
-from tformer_cli.data.hub import check_dataset_hub, first_line
+from tformer_cli.data.hub import check_dataset_hub
 from tformer_cli.data.text import ROWS, read_batches, route, write_pairs
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 
 SPLITS = ("train", "valid", "test")
 VALID_NAMES = ("valid", "validation", "val", "dev")
@@ -73,12 +62,9 @@ def load_corpus(
     carve: bool = True,
     folder: Path | None = None,
 ) -> DatasetDict:
-    """Load a parallel corpus (see the module docstring for the sources) as train/valid/test;
-    ``carve=False``: only the splits the source holds, none carved out of train.
-
-    The text is read, validated and written ``text.ROWS`` pairs at a time to Arrow files in a
-    new folder under ``folder`` (default: the temporary folder; removed when the process
-    ends), which the splits memory-map: no split is held in memory."""
+    """Load a parallel corpus as train/valid/test (``carve=False``: none carved from train),
+    written ``text.ROWS`` pairs at a time to Arrow files that the splits memory-map, in a new
+    folder under ``folder`` (default: the temporary folder) removed when the process ends."""
     files = dict(src_file=src_file, tgt_file=tgt_file, valid_src_file=valid_src_file,
                  valid_tgt_file=valid_tgt_file)  # fmt: skip
     located = locate_files(data, src_lang, tgt_lang, **files)
@@ -103,15 +89,13 @@ def load_corpus(
 
 @contextmanager
 def corpus_within(data: str | Path = "toy", **options: Any) -> Iterator[DatasetDict]:
-    """``load_corpus(data, **options)`` for the span of a ``with`` block, its text files
-    removed at the end: for a one-off look at a corpus in a process that goes on."""
+    """``load_corpus(data, **options)`` for a ``with`` block, its text files removed after."""
     with tempfile.TemporaryDirectory(prefix="tformer-corpus-") as tmp:
         yield load_corpus(data, folder=Path(tmp), **options)
 
 
 def _text_folder(parent: Path | None) -> Path:
-    """A new folder for a corpus's text files, under ``parent`` (default: the temporary
-    folder), removed when the process ends (a mapped file stays readable once removed)."""
+    """A new folder for a corpus's text under ``parent``, removed when the process ends."""
     try:
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
@@ -134,9 +118,7 @@ def locate_files(
     tgt_lang: str | None = None,
     **files: str | Path | None,
 ) -> Located:
-    """The files each split of the corpus is read from, with their reader, found without
-    reading them (``load_corpus``'s sources; ``files``: its ``src_file`` ... ``valid_tgt_file``);
-    no train split for an ``hf:`` dataset without --src-file (``load_dataset`` reads it)."""
+    """The files each split is read from, with their reader (``load_dataset`` reads ``hf:``)."""
     src, tgt, valid_src, valid_tgt = (files.get(name) for name in PARALLEL_FILES)
     located: Located = {}
     if src is not None or tgt is not None:
@@ -156,10 +138,9 @@ def locate_files(
 def fingerprinted_corpus(
     data: str | Path, *, seed: int = 1234, folder: Path | None = None, **options: str | Path | None
 ) -> tuple[str, Callable[[], DatasetDict]]:
-    """The corpus's fingerprint, and a loader of it (``load_corpus(data, seed=seed,
-    folder=folder, **options)``, loaded once). Local files are fingerprinted by a streamed hash
-    of their bytes, the split each makes and the seed that carves the missing splits: a corpus whose
-    tokenizer and encoding are cached is never read. An ``hf:`` corpus is loaded and hashed."""
+    """The corpus's fingerprint, and a loader of it (``load_corpus``, once). Local files are
+    fingerprinted by their bytes, the split each makes and the seed, unread where the cache
+    holds their encoding; an ``hf:`` corpus is loaded and hashed."""
     load = functools.cache(lambda: load_corpus(data, seed=seed, folder=folder, **options))  # type: ignore[arg-type]
     files = {k: options.get(k) for k in PARALLEL_FILES}
     located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
@@ -174,7 +155,7 @@ def fingerprinted_corpus(
 
 
 def _file_hash(path: Path, block: int = 1 << 20) -> bytes:
-    """The SHA-256 of a file's bytes, read ``block`` bytes at a time."""
+    """The SHA-256 of a file's bytes."""
     h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -188,8 +169,7 @@ def _file_hash(path: Path, block: int = 1 << 20) -> bytes:
 
 
 def absolute_data(data: str) -> str:
-    """``data`` as a run keeps it: a local path (``hf:`` folders too) made absolute, so that
-    eval and --resume find it from any folder; ``toy`` and hub names as given."""
+    """``data`` as a run keeps it: a local path (``hf:`` folders too) made absolute."""
     name, prefix = (data[3:], "hf:") if data.startswith("hf:") else (data, "")
     path, sep, config = name.partition(":") if prefix else (name, "", "")
     if data == "toy" or not path or not Path(path).exists():
@@ -198,16 +178,14 @@ def absolute_data(data: str) -> str:
 
 
 def kept_data(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with its data as a run keeps them: local paths absolute (``absolute_data``,
-    ``absolute_file``), and ``data`` = ``FILES`` when the train split is --src-file/--tgt-file."""
+    """``cfg`` with local paths absolute, and ``data`` = ``FILES`` with --src-file."""
     files = {name: absolute_file(getattr(cfg, name)) for name in PARALLEL_FILES}
     data = FILES if cfg.src_file is not None else absolute_data(cfg.data)
     return dataclasses.replace(cfg, data=data, **files)
 
 
 def absolute_file(path: str | Path | None) -> str | None:
-    """A parallel file as a run keeps it: absolute, so that eval and --resume find it from any
-    folder. A missing file is an error now, before anything is set up."""
+    """A parallel file as a run keeps it: absolute; a missing file is an error now."""
     if path is None:
         return None
     if not Path(path).is_file():
@@ -216,11 +194,8 @@ def absolute_file(path: str | Path | None) -> str | None:
 
 
 def toy_corpus_dir() -> Path:
-    """The toy corpus folder: the repository's `data/toy`, else one generated once into the cache.
-
-    An installed wheel has no repository folder, so the corpus is then generated (deterministically,
-    by `toy.py`) into `$XDG_CACHE_HOME/tformer/toy-<version>` (default `~/.cache`).
-    """
+    """The toy corpus folder: the repository's `data/toy`, else (an installed wheel) one
+    generated once by `toy.py` into `$XDG_CACHE_HOME/tformer/toy-<version>`."""
     if (_REPO_TOY_DIR / "train.tsv").is_file():
         return _REPO_TOY_DIR
     if (_REPO / "pyproject.toml").is_file():  # a checkout without its corpus: never paper over it
@@ -249,8 +224,7 @@ def toy_corpus_dir() -> Path:
 
 
 def corpus_fingerprint(ds: DatasetDict) -> str:
-    """A short hash of the corpus content (split names and every pair), stable across runs;
-    read a batch at a time."""
+    """A short hash of the corpus content (split names and every pair), stable across runs."""
     h = hashlib.sha256()
     for name in sorted(ds):
         h.update(f"\x1d{name}\x1d{len(ds[name])}".encode())
@@ -265,10 +239,8 @@ def corpus_fingerprint(ds: DatasetDict) -> str:
 
 
 def training_text(train: Dataset, sample: int = 0) -> Iterator[str]:
-    """The sentences a tokenizer trains on, streamed a batch at a time (``text.read_batches``):
-    every source, then every target; with ``sample``, at most that many sentences, from
-    ``sample // 2`` evenly spaced pairs (as SentencePiece's ``input_sentence_size`` bounds its
-    input)."""
+    """The sentences a tokenizer trains on, streamed: every source, then every target; with
+    ``sample``, those of ``sample // 2`` evenly spaced pairs."""
     n = len(train)
     rows = None
     if sample and 2 * n > sample:
@@ -289,9 +261,7 @@ READ_BYTES = 1 << 20  # bytes of a text file read and decoded at a time
 
 
 def _read_lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 file, split on `\\n` only (text may hold other Unicode separators),
-    without the blank lines after the last text; read ``READ_BYTES`` at a time, each block cut
-    after its last newline (which no UTF-8 sequence holds), so an error names its line."""
+    """The lines of a UTF-8 file, split on `\\n` only, less the blank lines at its end."""
     blanks, seen = 0, False  # blank lines held back until text follows them
     for line in _decoded_lines(path):
         if not line.strip():
@@ -305,8 +275,7 @@ def _read_lines(path: Path) -> Iterator[str]:
 
 
 def _decoded_lines(path: Path) -> Iterator[str]:
-    """Every line of ``path`` (the text after a final newline is one more, empty), decoded a
-    block of whole lines at a time."""
+    """Every line of ``path``, decoded ``READ_BYTES`` of whole lines at a time."""
     try:
         with open(path, "rb") as f:
             pending, before = f.read(3).removeprefix(b"\xef\xbb\xbf"), 0  # a byte order mark
@@ -335,8 +304,7 @@ def _decoded_lines(path: Path) -> Iterator[str]:
 
 
 def _checked(src: str, tgt: str, where: str, tgt_where: str | None = None) -> tuple[str, str]:
-    """The pair, after a one-line error for an empty side (``where``: the source's line, and
-    the target's too unless ``tgt_where`` names it)."""
+    """The pair, after a one-line error for an empty side (at ``where``, or ``tgt_where``)."""
     for text, side, at in ((src, "source", where), (tgt, "target", tgt_where or where)):
         if not (text and text.strip()):
             raise TformerError(f"{at}: empty {side}")
@@ -344,8 +312,7 @@ def _checked(src: str, tgt: str, where: str, tgt_where: str | None = None) -> tu
 
 
 def _read_plain(src_path: Path, tgt_path: Path) -> Pairs:
-    """Two files aligned by line number, read in step; a line count that differs is reported
-    before an empty line (the first one is kept until both files are read)."""
+    """Two files aligned by line number (a differing line count reported first)."""
     counts, empty = [0, 0], None
     for i, (s, t) in enumerate(zip_longest(_read_lines(src_path), _read_lines(tgt_path)), 1):
         counts = [counts[0] + (s is not None), counts[1] + (t is not None)]
@@ -391,6 +358,9 @@ def _read_jsonl(path: Path) -> Pairs:
         yield _checked(obj["src"], obj["tgt"], f"{path}:{i}")
 
 
+READERS = {".tsv": _read_tsv, ".jsonl": _read_jsonl}  # a file's reader, by its suffix
+
+
 def _pick_splits(names: Iterable[str]) -> dict[str, str]:
     """Map our split names to the available ones: `test` wins over the sorted first `test*`."""
     names = set(names)
@@ -419,10 +389,8 @@ def _choose_langs(
 def _locate_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     if path.is_dir():
         return _locate_dir(path, src_lang, tgt_lang)
-    if path.suffix == ".tsv" and path.is_file():
-        return {"train": (_read_tsv, (path,))}
-    if path.suffix == ".jsonl" and path.is_file():
-        return {"train": (_read_jsonl, (path,))}
+    if path.suffix in READERS and path.is_file():
+        return {"train": (READERS[path.suffix], (path,))}
     if not path.exists():
         raise TformerError(f"{path}: no such file or folder")
     raise TformerError(f"{path}: expected a folder, a .tsv or .jsonl file, 'toy' or 'hf:NAME'")
@@ -430,7 +398,7 @@ def _locate_path(path: Path, src_lang: str | None, tgt_lang: str | None) -> Loca
 
 def _locate_dir(folder: Path, src_lang: str | None, tgt_lang: str | None) -> Located:
     files = {p.name for p in folder.iterdir() if p.is_file()}
-    for ext, reader in ((".tsv", _read_tsv), (".jsonl", _read_jsonl)):
+    for ext, reader in READERS.items():
         if f"train{ext}" in files:
             stems = [name.removesuffix(ext) for name in files if name.endswith(ext)]
             return {s: (reader, (folder / f"{n}{ext}",)) for s, n in _pick_splits(stems).items()}
@@ -502,13 +470,9 @@ def _hf_columns(
 
 
 def _carve(root: Path, n: int, missing: Sequence[str], seed: int, carve_size: int) -> None:
-    """Fill the missing valid/test splits with pairs drawn from ``root/train.arrow`` (``n``
-    pairs), deterministically, rewriting the train file without them.
-
-    Each missing split takes `carve_size` pairs, or a tenth of train when that is fewer (at least
-    one), chosen by a shuffle seeded with `seed`; the splits are disjoint, and every split keeps
-    train's order. In memory: the shuffled row numbers (8 bytes a pair) and a label a pair.
-    """
+    """Fill the missing valid/test splits with pairs of ``root/train.arrow`` (``n`` pairs),
+    rewriting it without them: each takes `carve_size` pairs, or a tenth of train when fewer,
+    drawn by a shuffle seeded with `seed`; every split keeps train's order."""
     if carve_size < 1:
         raise TformerError(f"carve size must be at least 1, got {carve_size}")
     size = min(carve_size, max(1, n // 10))

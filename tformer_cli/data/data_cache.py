@@ -1,19 +1,14 @@
-"""A cache of trained tokenizers and encoded corpora beside the runs, `<runs_dir>/.cache/<key>/`,
-so a second `tformer train` on the same data with the same tokenizer settings starts in seconds.
+"""A cache of trained tokenizers and encoded corpora beside the runs, `<runs_dir>/.cache/`, so a
+second `tformer train` on the same data with the same tokenizer settings starts in seconds:
 
-- `tokenizer-<key>/tokenizer.json`, key = hash of the corpus fingerprint, the tokenizer kind,
-  the vocabulary size and the text pipeline around the subword model (normalizer,
-  pre-tokenizer, decoder). BPE training is deterministic but unigram training is not, so the cached
-  file is the source of truth: every new run with these settings starts from a copy of it.
-- `encoded-<key>/{train,valid,test}.arrow`, key = hash of the corpus fingerprint and the
-  tokenizer.json bytes (and those of a target-side tokenizer, which encodes the targets, where
-  the run has one: an imported model's): Arrow IPC files with int32 list columns `src`/`tgt`
-  (token ids without specials) and the `ref` strings (the raw targets, for BLEU). A resumed run,
-  which keeps its own tokenizers, finds its encoding under the same key.
+- `tokenizer-<key>/tokenizer.json`, keyed by the corpus fingerprint, the tokenizer's kind,
+  vocabulary size and pipeline: every new run with these settings copies it (unigram training
+  is not deterministic).
+- `encoded-<key>/{train,valid,test}.arrow`, keyed by the corpus fingerprint and the tokenizers'
+  bytes: int32 list columns `src`/`tgt` (token ids without specials) and the `ref` strings.
 
-An entry is written to a temporary folder, then renamed into place (`os.replace`): a reader never
-sees half an entry, and when two runs race the first rename wins. Length filtering is not cached;
-the trainer applies it to the loaded splits.
+An entry is written to a temporary folder, then renamed into place: a reader never sees half an
+entry, and when two runs race the first rename wins.
 """
 
 from __future__ import annotations
@@ -62,8 +57,7 @@ class DataCache:
         corpus: DatasetDict | Callable[[], DatasetDict],
         fingerprint: str | None = None,
     ) -> None:
-        """``corpus``, or a loader of it called on a miss alone, with its ``fingerprint``
-        (``fingerprinted_corpus``; default: ``corpus_fingerprint`` of the loaded corpus)."""
+        """``corpus``, or a loader of it called on a miss alone, with its ``fingerprint``."""
         self.cache_dir = cache_dir
         self.load = corpus if callable(corpus) else lambda: corpus
         self.fingerprint = fingerprint or corpus_fingerprint(self.corpus)
@@ -78,9 +72,8 @@ class DataCache:
         return self.cache_dir / f"{kind}-{hashlib.sha256(parts.encode()).hexdigest()[:16]}"
 
     def tokenizer(self, kind: str, vocab_size: int, sample: int = 0) -> tuple[Path, bool]:
-        """The cached tokenizer.json trained on the train split (both sides; at most ``sample``
-        sentences of it, 0: all, ``training_text``), trained now on a miss. Returns its path and
-        whether it was cached already."""
+        """The tokenizer.json trained on the train split (``training_text``), trained now on a
+        miss: (its path, whether it was cached already)."""
         entry = self._entry("tokenizer", kind, str(vocab_size), pipeline_signature(), str(sample))
         if (entry / TOKENIZER).is_file():
             return entry / TOKENIZER, True
@@ -94,10 +87,9 @@ class DataCache:
         progress: Progress | None = None,
         target_tokenizer_path: Path | None = None,
     ) -> tuple[dict[str, Split], Path, bool]:
-        """Every split encoded by the tokenizer in ``tokenizer_path`` (the targets by the one in
-        ``target_tokenizer_path`` where given), encoded now and cached on a miss (counted on
-        ``progress``, a bar), as memory-mapped views of the entry's files (``read_split``).
-        Returns the splits, the entry and whether it was cached already."""
+        """Every split encoded (the targets by ``target_tokenizer_path`` where given), now on a
+        miss (counted on ``progress``), memory-mapped (``read_split``): (the splits, the entry,
+        whether it was cached already)."""
         paths = [tokenizer_path, *([target_tokenizer_path] if target_tokenizer_path else [])]
         entry = self._entry("encoded", *(hashlib.sha256(p.read_bytes()).hexdigest() for p in paths))
         hit = entry.is_dir()
@@ -112,9 +104,7 @@ class DataCache:
     def _encode(
         self, src_tok: Tokenizer, tgt_tok: Tokenizer, folder: Path, advance: Callable[[int], None]
     ) -> None:
-        """Write every split, sources encoded by ``src_tok`` and targets by ``tgt_tok``, to
-        ``folder/<split>.arrow``, a batch of the text (``text.read_batches``, one record batch)
-        at a time, calling ``advance(rows)`` after each."""
+        """Write every split encoded to ``folder/<split>.arrow``, a batch at a time."""
         for name in SPLITS:
             split = self.corpus[name]
             with pa.ipc.new_file(folder / f"{name}.arrow", ENCODED_SCHEMA) as writer:
@@ -128,9 +118,7 @@ class DataCache:
 
 
 def read_split(path: Path) -> Split:
-    """The split in the Arrow file ``path``, memory-mapped: its columns are views of the file
-    (``ArrowColumn``) whose rows are read as they are used (``MappedFile``), from the page cache
-    that every process reading the file shares."""
+    """The split in the Arrow file ``path``, memory-mapped (``ArrowColumn``, ``MappedFile``)."""
     try:
         source = pa.memory_map(str(path))
         file = MappedFile(path, source)
@@ -146,9 +134,7 @@ def read_split(path: Path) -> Split:
 
 
 def _write_entry(entry: Path, write: Callable[[Path], None]) -> None:
-    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``:
-    a failed write (a full disk: one line naming the entry) leaves no entry, and the folder of
-    a killed one is never taken for it (only ``entry`` itself is read)."""
+    """Fill a temporary folder beside ``entry`` with ``write(tmp)``, then rename it to ``entry``."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))

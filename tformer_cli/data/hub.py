@@ -4,19 +4,13 @@ is asked in offline mode (``HF_HUB_OFFLINE=1``), where they read their cache."""
 
 from __future__ import annotations
 
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 
 HUB_TIMEOUT = 2.0  # seconds the Hub has to answer before `hf:NAME` gives up
 
 
-def first_line(e: BaseException) -> str:
-    """An exception's message in one line (its first), or its type's name."""
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
 def check_dataset_hub(spec: str) -> None:
-    """Before ``load_dataset`` of ``hf:spec``: one HEAD request to the endpoint
-    (``HF_ENDPOINT``), through the Hub's own HTTP client (so its proxy settings apply)."""
+    """Before ``load_dataset`` of ``hf:spec``: one HEAD request to the Hub, by its own client."""
     import datasets
     from huggingface_hub import constants, get_session
 
@@ -32,8 +26,7 @@ def check_dataset_hub(spec: str) -> None:
 
 
 def check_model_hub(name: str) -> None:
-    """Before ``from_pretrained`` of the model ``name``: its model info, which also says
-    whether there is such a model."""
+    """Before ``from_pretrained`` of the model ``name``: its model info."""
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE:

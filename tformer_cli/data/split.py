@@ -1,12 +1,6 @@
-"""An encoded split of parallel data, as training validates on it and `tformer eval` scores it,
-and the one rule for which pairs a model can read.
-
-A split read from the data cache holds no pair in memory: its columns are views of the Arrow
-file, memory-mapped (``ArrowColumn``), whose token ids are read a row at a time
-(``MappedFile``); N processes that read the same file share one copy in the page cache. In
-memory per pair: at most a row index (``take``) and the lengths that batching plans with
-(``lengths``).
-"""
+"""An encoded split of parallel data, and the one rule for which pairs a model can read. A split
+from the data cache holds no pair in memory: its columns are views of the memory-mapped Arrow
+file (``ArrowColumn``), read a row at a time (``MappedFile``), shared by every process."""
 
 from __future__ import annotations
 
@@ -24,10 +18,8 @@ T = TypeVar("T")
 
 
 class MappedFile:
-    """An Arrow file both mapped and open: its offsets are read through the map (4 bytes a row,
-    for the lengths), its token ids by ``os.pread``. A row read through the map would leave its
-    page, and by the kernel's fault-around up to 15 neighbours, in the process's memory for as
-    long as it runs; a row read by ``pread`` leaves nothing once used."""
+    """An Arrow file both mapped and open: its offsets read through the map, its token ids by
+    ``os.pread``, which leaves no page of the file in the process's memory."""
 
     def __init__(self, path: Path, source: pa.MemoryMappedFile) -> None:
         source.seek(0)
@@ -44,10 +36,8 @@ class MappedFile:
 
 
 class ArrowColumn(Sequence[T]):
-    """Rows of a column of Arrow arrays (the record batches of a memory-mapped ``file``),
-    through an optional row index ``rows``: ``list[int]`` for a list<int32> column (token ids),
-    ``str`` for a string column (references). Indexing reads the file; slicing and ``take``
-    make views."""
+    """Rows of a column of a memory-mapped ``file``'s Arrow arrays, through an optional row
+    index ``rows``: ``list[int]`` (token ids) or ``str`` (references). Slices are views."""
 
     def __init__(
         self, chunks: Sequence[pa.Array], file: MappedFile, rows: np.ndarray | None = None
@@ -141,7 +131,7 @@ class Split:
 def fits_positions(
     src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], max_positions: int
 ) -> list[int]:
-    """Indices of the pairs a model of ``max_positions`` positions reads whole: each side at
-    most ``max_positions - 1`` tokens, leaving room for ``</s>`` (source) or ``<s>`` (target)."""
+    """Indices of the pairs a model of ``max_positions`` positions reads whole (each side at
+    most ``max_positions - 1`` tokens: room for ``</s>`` or ``<s>``)."""
     longest = max_positions - 1
     return np.flatnonzero(np.maximum(lengths(src), lengths(tgt)) <= longest).tolist()

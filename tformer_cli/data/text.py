@@ -1,10 +1,6 @@
-"""A split's text on disk: an Arrow file of string columns ``src``/``tgt`` (the IPC stream
-format that ``datasets.Dataset.from_file`` memory-maps), written and read ``ROWS`` pairs at a
-time, so that neither side of a corpus's set-up holds the corpus in memory.
-
-Reading (``read_batches``) goes through the file, not its memory map: a pass over millions of
-pairs keeps one batch in memory, where a mapped file would keep every page it touched.
-"""
+"""A split's text on disk: an Arrow stream file of string columns ``src``/``tgt`` (as
+``datasets.Dataset.from_file`` maps it), written and read (not mapped) ``ROWS`` pairs at a time,
+so that no side of a corpus's set-up holds the corpus in memory."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
 
 
 def write_pairs(pairs: Iterable[tuple[str, str]], path: Path) -> int:
-    """Write ``pairs`` (source, target) to the Arrow file ``path``, ``ROWS`` at a time; returns
-    how many there were."""
+    """Write ``pairs`` to the Arrow file ``path``, ``ROWS`` at a time; how many there were."""
     n, pairs = 0, iter(pairs)
     try:
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
@@ -46,8 +41,7 @@ def file_batches(path: Path) -> Iterator[pa.RecordBatch]:
 
 
 def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
-    """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, keeping their
-    order: one pass, a batch at a time."""
+    """Copy each pair of the Arrow file ``path`` to ``outputs[labels[i]]``, in order."""
     try:
         with ExitStack() as files:
             sinks = [files.enter_context(pa.OSFile(str(out), "wb")) for out in outputs]
@@ -64,8 +58,8 @@ def route(path: Path, labels: np.ndarray, outputs: Sequence[Path]) -> None:
 
 
 def read_batches(ds: Dataset, column: str) -> Iterator[pa.Array]:
-    """The ``column`` of ``ds``, ``ROWS``-ish rows at a time: from its Arrow file where ``ds`` is
-    that file as written (``load_corpus``'s splits), else sliced through ``datasets``."""
+    """The ``column`` of ``ds``, about ``ROWS`` rows at a time: from its Arrow file where ``ds``
+    is that file as written, else through ``datasets``."""
     table, files = ds.data, ds.cache_files
     as_written = (
         isinstance(table, MemoryMappedTable)

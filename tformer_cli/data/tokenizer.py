@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from tformer_cli.errors import TformerError
+from tformer_cli.errors import TformerError, first_line
 from tformer_cli.files import atomic_write
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -30,35 +30,23 @@ PUNCTUATION = Regex(r"▁?[[\p{P}\p{S}]&&[^▁]]")
 def train_tokenizer(
     texts: Iterable[str], vocab_size: int = 8000, kind: str = "bpe", min_frequency: int = 2
 ) -> Tokenizer:
-    """Train a `kind` tokenizer of at most `vocab_size` entries (special tokens included).
-
-    `min_frequency` is the least count of a BPE merge or a word-level entry (unigram ignores it).
-    """
+    """Train a `kind` tokenizer of at most `vocab_size` entries (special tokens included);
+    `min_frequency`: the least count of a BPE merge or a word-level entry (unigram ignores it)."""
     if vocab_size <= len(SPECIAL_TOKENS):
         raise TformerError(f"vocabulary size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
-    special = list(SPECIAL_TOKENS)  # trainers give them the first ids, in this order
     unk = SPECIAL_TOKENS[UNK_ID]
+    # the trainers give the special tokens the first ids, in this order; no progress bars on
+    # stdout, which carries results only
+    common = dict(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
     if kind == "bpe":
         model = models.BPE(unk_token=unk)
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            min_frequency=min_frequency,
-            special_tokens=special,
-            show_progress=False,  # its bars write to stdout, which carries results only
-        )
+        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **common)
     elif kind == "unigram":
         model = models.Unigram()
-        trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=special, unk_token=unk, show_progress=False
-        )
+        trainer = trainers.UnigramTrainer(unk_token=unk, **common)
     elif kind == "wordlevel":
         model = models.WordLevel(unk_token=unk)
-        trainer = trainers.WordLevelTrainer(
-            vocab_size=vocab_size,
-            min_frequency=min_frequency,
-            special_tokens=special,
-            show_progress=False,
-        )
+        trainer = trainers.WordLevelTrainer(min_frequency=min_frequency, **common)
     else:
         raise TformerError(f"unknown tokenizer kind '{kind}' (choose from: {', '.join(KINDS)})")
     tok = _with_pipeline(Tokenizer(model))
@@ -81,14 +69,12 @@ def _with_pipeline(tok: Tokenizer) -> Tokenizer:
 
 
 def pipeline_signature() -> str:
-    """The pipeline around the subword model as JSON: cached tokenizers are keyed by it, so a
-    change to the pipeline trains new ones."""
+    """The pipeline around the subword model as JSON, which keys the cached tokenizers."""
     return _with_pipeline(Tokenizer(models.WordLevel(unk_token=SPECIAL_TOKENS[UNK_ID]))).to_str()
 
 
 def write_tokenizer(tok: Tokenizer, path: Path) -> None:
-    """Write `tok` as JSON, the bytes of ``tok.save``, through Python's own file, so that a
-    failed write is an ``OSError`` with its errno (``tok.save`` raises a bare ``Exception``)."""
+    """Write `tok` as ``tok.save`` would, through Python's file (a failed write: ``OSError``)."""
     path.write_text(tok.to_str(pretty=True), encoding="utf-8")
 
 
@@ -105,8 +91,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as e:  # the Rust side raises a bare Exception for any parse error
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TformerError(f"{path}: not a valid tokenizer file ({reason})") from e
+        raise TformerError(f"{path}: not a valid tokenizer file ({first_line(e)})") from e
     if not _has_special_ids(tok):
         ids = ", ".join(f"{t}={tok.token_to_id(t)}" for t in SPECIAL_TOKENS)
         raise TformerError(f"{path}: special tokens must be <pad>=0 <unk>=1 <s>=2 </s>=3 ({ids})")
@@ -129,11 +114,6 @@ def decode(tok: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
         seq = [int(i) for i in seq]  # also accepts rows of a tensor
         cut.append(seq[: seq.index(EOS_ID)] if EOS_ID in seq else seq)
     return tok.decode_batch(cut, skip_special_tokens=True)
-
-
-def tokenize(tok: Tokenizer, text: str) -> list[str]:
-    """The subword strings of `text` (for display, e.g. on attention maps)."""
-    return tok.encode(text, add_special_tokens=False).tokens
 
 
 @dataclass(frozen=True)

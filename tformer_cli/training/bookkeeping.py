@@ -1,12 +1,7 @@
-"""What surrounds the training loop of ``trainer.Trainer``, off the reading path: a run's set-up
-(settings, device, data, model, optimizer, resume), its log (``log.jsonl``, TensorBoard), the
-validation every ``--valid-every`` updates (loss, perplexity, greedy BLEU) that keeps the best
-weights in ``model.pt``, ``last.pt`` (``state.py``), the stopping rules, and the end of a run
-(the average of the last checkpoints, the test split's BLEU).
-
-An update whose loss or gradient is not finite is skipped, so no NaN ever reaches the weights;
-``MAX_NONFINITE`` of them in a row stop the run.
-"""
+"""What surrounds the training loop of ``trainer.Trainer``, off the reading path: a run's set-up,
+its log (``log.jsonl``, TensorBoard), the validation that keeps the best weights in
+``model.pt``, ``last.pt`` (``state.py``), the stopping rules and the end of a run (the average
+of the last checkpoints, the test BLEU). ``MAX_NONFINITE`` skipped updates in a row stop it."""
 
 from __future__ import annotations
 
@@ -55,11 +50,7 @@ from tformer_cli.report.evaluation import bleu, teacher_forced
 from tformer_cli.report.runs import lock_run
 from tformer_cli.training.distributed import agree, leave_world
 from tformer_cli.training.schedule import make_optimizer
-from tformer_cli.training.scheduled_sampling import (
-    check_schedule,
-    sampled_inputs,
-    teacher_forcing_prob,
-)
+from tformer_cli.training.scheduled_sampling import sampled_inputs, teacher_forcing_prob
 from tformer_cli.training.setup import (
     RESUME_OVERRIDES,
     check_max_len,
@@ -86,8 +77,7 @@ INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
 
 
 class TrainerBase:
-    """A run folder being trained: everything ``trainer.Trainer`` does besides the loop
-    (``run``) and the update (``_step``)."""
+    """A run folder being trained: all of ``trainer.Trainer`` but the loop and the update."""
 
     def __init__(
         self,
@@ -110,11 +100,8 @@ class TrainerBase:
         self.cfg = cfg
         self.world, self.device = placed(cfg.device)
         self.console = console if self.world.main else Console(quiet=True)
-        # --tensorboard: every rank checks for the package (a one-line error), rank 0 writes
-        make_board = tensorboard_writer(tensorboard) if tensorboard is not None else None
-        self.board = make_board() if make_board is not None and self.world.main else None
+        self.board = tensorboard_writer(tensorboard, self.world.main)  # --tensorboard
         self.dtype = resolve_precision(cfg.precision, self.device, model_cfg.d_model)
-        check_schedule(cfg.scheduled_sampling, cfg.ss_k, cfg.ss_mix)
         # the targets' tokenizer: an imported model's target side's, else the tokenizer
         self.tokenizer, self.tgt_tokenizer, self.data = load_data(
             run_dir, cfg, self.console, resume, model_cfg.max_positions, self.world
@@ -149,8 +136,7 @@ class TrainerBase:
         self.bar: Callable[..., None] = lambda **_: None  # the progress bar's update, in run()
 
     def _take_run(self, model_cfg: ModelConfig, resume: bool) -> None:
-        """Rank 0 makes the run its own: the lock, config.json, and on resume nothing past the
-        step it resumes from."""
+        """Rank 0: the run's lock, config.json, and on resume nothing past its step."""
         self.run_lock = lock_run(self.run_dir)  # `tformer runs`: running while this process lives
         if resume and not (self.run_dir / "last.pt").exists():  # said once the run is ours
             self.console.log(f"{self.run_dir} has no last.pt (stopped before its first save):"
@@ -161,15 +147,13 @@ class TrainerBase:
             forget_after(self.run_dir, self.state.step)
 
     def close(self) -> None:
-        """Leave the process group (DDP): the DDP wrapper goes first, so that no gradient
-        bucket of its own outlives the group it talks through."""
+        """Leave the process group (DDP), the DDP wrapper and its gradient buckets first."""
         self.ddp = None
         gc.collect()
         leave_world(self.world)
 
     # ----------------------------------------------------------------- last.pt
     def _save_last(self) -> None:
-        """Write ``last.pt`` (rank 0): weights, optimizer and progress."""
         if not self.world.main:
             return
         save_last(self.run_dir, self.model, self.optimizer, self.state, self.device, self.on_event)
@@ -222,8 +206,7 @@ class TrainerBase:
         )
 
     def _after_update(self, loss: torch.Tensor, n_tokens: int, made: bool) -> None:
-        """Count the update; then validate or save (``_validate_or_save``) unless it was skipped
-        for a non-finite loss or gradient."""
+        """Count the update, then validate or save; or count it skipped (non-finite)."""
         if not made:
             self._skip_update()
             return
@@ -231,8 +214,7 @@ class TrainerBase:
         self._validate_or_save()
 
     def _count_update(self, loss: torch.Tensor, n_tokens: int) -> None:
-        """Count an update made, and log its loss, learning rate and token rate every
-        ``LOG_EVERY`` updates."""
+        """Count an update made; log its loss, lr and token rate every ``LOG_EVERY``."""
         s = self.state
         self.on_event("update")  # nothing saved since this update
         s.skipped_in_a_row = 0
@@ -252,8 +234,7 @@ class TrainerBase:
         self.bar(completed=s.step)
 
     def _skip_update(self) -> None:
-        """Count an update skipped for a non-finite loss or gradient; too many in a row stop
-        the run, with last.pt as it was (no NaN weight is ever saved)."""
+        """Count an update skipped (non-finite); too many in a row stop the run."""
         s = self.state
         s.skipped += 1
         s.skipped_in_a_row += 1
@@ -293,8 +274,7 @@ class TrainerBase:
                 "valid_bleu": score}  # fmt: skip
 
     def _validate_or_save(self) -> None:
-        """Validate every --valid-every updates (rank 0), else save last.pt when --save-every
-        minutes have passed; the time counts as training time, not in the token rate."""
+        """Validate every --valid-every updates (rank 0), else save last.pt on time."""
         cfg, s = self.cfg, self.state
         t0, counted = time.perf_counter(), s.elapsed
         if s.step % cfg.valid_every == 0 and self.world.main:
@@ -305,8 +285,7 @@ class TrainerBase:
         self.rate.pause(time.perf_counter() - t0)
 
     def _validate_and_report(self) -> None:
-        """Validate, log the metrics to log.jsonl and print them, then save last.pt with the
-        validation's seconds counted (training time, and validation time for the budget)."""
+        """Validate, log and print the metrics, and save last.pt with the seconds counted."""
         start, s = time.perf_counter(), self.state
         release_freed_memory()  # the updates' free heap: decoding starts from what is allocated
         m = self.validate()
@@ -322,8 +301,7 @@ class TrainerBase:
         release_freed_memory()  # decoding's buffers, kept by glibc for reuse, back to the OS
 
     def _keep_average(self) -> None:
-        """Average the last ``average`` validation checkpoints and score the mean on the
-        validation set; it becomes model.pt only if its BLEU is at least the best checkpoint's."""
+        """Average the last ``average`` checkpoints: model.pt if its valid BLEU is no worse."""
         s, paths = self.state, checkpoint_paths(self.run_dir)[-self.cfg.average :]
         if len(paths) < 2:
             self.console.log(f"not averaging: {len(paths)} validation checkpoint(s)")
@@ -347,9 +325,8 @@ class TrainerBase:
 
     # ----------------------------------------------------------------- log and stopping
     def _log(self, record: dict[str, Any]) -> None:
-        """Append ``record`` to log.jsonl (rank 0) with the step and the epoch (1-based) it
-        belongs to and the seconds of training so far (a validation's: up to its start), and
-        its numbers to TensorBoard with --tensorboard."""
+        """Append ``record`` to log.jsonl (rank 0) with its step, epoch (1-based) and seconds
+        of training so far; its numbers to TensorBoard with --tensorboard."""
         if not self.world.main:
             return
         self.memory.note()
@@ -367,8 +344,7 @@ class TrainerBase:
                     self.board.add_scalar(key, value, s.step)
 
     def _agree_stop(self, interrupted: list[bool]) -> str | None:
-        """Whether to stop after this update, decided once for every rank: rank 0's stopping
-        rules (its clock, its validations) or a Ctrl-C on any rank."""
+        """Why to stop after this update, alike on every rank (rank 0's rules, any Ctrl-C)."""
         w = self.world
         reason = INTERRUPTED if interrupted[0] else None
         if w.main:
@@ -392,7 +368,7 @@ class TrainerBase:
 
     # ----------------------------------------------------------------- the start and the end
     def _updates(self) -> int | None:
-        """The updates the progress bar counts to: --max-steps, or --epochs of them."""
+        """The progress bar's total: --max-steps, or --epochs of updates."""
         cfg = self.cfg
         if cfg.max_steps:
             return cfg.max_steps
@@ -432,8 +408,8 @@ class TrainerBase:
         return TrainResult(self.run_dir, s, None, reason)
 
     def _finish(self, stopped_by: str, interrupted: bool) -> TrainResult:
-        """Rank 0: score the final weights (or save them), log the stop, keep the average of
-        the last checkpoints where it is better, and score model.pt on the test split."""
+        """Rank 0: score (or save) the final weights, log the stop, keep the average where it is
+        better, and score model.pt on the test split."""
         cfg, s = self.cfg, self.state
         if not self.world.main:  # rank 0 alone validates, saves and reports
             return TrainResult(self.run_dir, s, None, stopped_by, interrupted)

@@ -1,12 +1,9 @@
 """Data parallelism on PyTorch's own engine: ``torchrun`` starts one process per device, each
-trains a DistributedDataParallel copy of the model on its share of every update's batches, and
-DDP all-reduces the gradients. Nothing here averages gradients by hand.
+trains a DistributedDataParallel copy of the model, and DDP all-reduces the gradients.
 
-An update takes ``max(accum, N)`` consecutive token-budget batches of the epoch (the same list on
-every rank: a function of the seed and the epoch), and rank r takes batches r, r+N, r+2N, ... of
-them. So with ``accum`` a multiple of N the global batch is what one process with ``--accum``
-would take, whatever N is; with ``accum < N`` an update is N batches, one per rank. The learning
-rate is per update, so it needs no change with N.
+An update takes ``max(accum, N)`` consecutive batches of the epoch (the same on every rank), and
+rank r takes batches r, r+N, r+2N, ...: with ``accum`` a multiple of N the global batch is one
+process's with ``--accum``, whatever N is, and the learning rate needs no change.
 """
 
 from __future__ import annotations
@@ -49,8 +46,8 @@ ONE_PROCESS = World()
 
 
 def init_world(device_type: str) -> World:
-    """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE``,
-    ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``): NCCL on CUDA, gloo on CPU."""
+    """Join the process group ``torchrun`` describes in the environment (NCCL on CUDA, gloo
+    on CPU)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
         return ONE_PROCESS
@@ -61,9 +58,8 @@ def init_world(device_type: str) -> World:
 
 
 def leave_world(world: World) -> None:
-    """Leave the process group once every rank is done with it: a rank that destroyed its
-    group while another still had a collective in flight died with SIGABRT at exit (gloo's
-    threads, about 1 run in 4 of tests/training/test_distributed.py)."""
+    """Leave the process group once every rank is done with it (else gloo's threads may
+    abort a rank whose peer still has a collective in flight)."""
     if world.size > 1 and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -75,8 +71,7 @@ def barrier(world: World) -> None:
 
 
 def agree(world: World, flags: list[bool], device: torch.device) -> list[bool]:
-    """Each flag true on any rank is true on all: stop decisions taken once, so that no rank
-    waits for another that left the loop (one tiny all-reduce)."""
+    """Each flag true on any rank is true on all (one tiny all-reduce)."""
     if world.size == 1:
         return flags
     t = torch.tensor(flags, dtype=torch.int32, device=device)
@@ -97,9 +92,8 @@ LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint")
 
 
 def launch(nproc: int, args: list[str], nnodes: str = "1", rdzv_endpoint: str | None = None) -> int:
-    """``tformer train --nproc N ...``: run the same train command (``args``, its options) under
-    ``torchrun`` and return its exit code; ``--nnodes`` and ``--rdzv-endpoint`` go to torchrun,
-    so several machines work as torchrun documents."""
+    """``tformer train --nproc N ...``: the same train command (``args``) under ``torchrun``
+    (with ``--nnodes`` and ``--rdzv-endpoint`` for several machines); its exit code."""
     kept, skip = [], False
     for a in args:  # the launcher's options stay here (torchrun would also take --nproc)
         if not skip and a.split("=", 1)[0] not in LAUNCH_OPTIONS:

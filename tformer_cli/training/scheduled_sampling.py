@@ -15,19 +15,15 @@ from torch import Tensor
 from tformer_cli.data.batching import Batch
 from tformer_cli.data.tokenizer import BOS_ID, PAD_ID
 from tformer_cli.device import autocast
-from tformer_cli.errors import TformerError
 
-SCHEDULES = ("off", "linear", "exp", "inverse-sigmoid")
 DEFAULT_K = {"linear": 1e-4, "exp": 0.9995, "inverse-sigmoid": 500.0}
 
 
 def teacher_forcing_prob(
     step: int, schedule: str, k: float | None = None, eps_min: float = 0.0, warmup: int = 0
 ) -> float:
-    """eps_i after ``warmup`` updates of pure teacher forcing (i = step - warmup):
-
-    linear: max(eps_min, 1 - k*i); exp: k**i (k <= 1); inverse-sigmoid: k / (k + exp(i/k)) (k >= 1).
-    """
+    """eps_i after ``warmup`` updates of pure teacher forcing (i = step - warmup): linear
+    max(eps_min, 1 - k*i), exp k**i (k <= 1), inverse-sigmoid k / (k + exp(i/k)) (k >= 1)."""
     if schedule == "off" or step < warmup:
         return 1.0
     k = DEFAULT_K[schedule] if k is None else k
@@ -37,22 +33,6 @@ def teacher_forcing_prob(
     if schedule == "exp":
         return k**i
     return k / (k + math.exp(min(i / k, 700.0)))  # exp overflows a float past ~709
-
-
-def check_schedule(schedule: str, k: float | None, mix: str) -> None:
-    """One-line errors for settings outside each schedule's domain."""
-    if schedule not in SCHEDULES:
-        raise TformerError(f"unknown --scheduled-sampling {schedule!r}: use {', '.join(SCHEDULES)}")
-    if mix not in ("argmax", "sample"):
-        raise TformerError(f"unknown --ss-mix {mix!r}: use argmax or sample")
-    if k is None:
-        return
-    if schedule == "exp" and not 0 < k <= 1:
-        raise TformerError("--ss-k for the exp schedule must be in (0, 1]")
-    if schedule == "inverse-sigmoid" and k < 1:
-        raise TformerError("--ss-k for the inverse-sigmoid schedule must be >= 1")
-    if schedule == "linear" and k < 0:
-        raise TformerError("--ss-k for the linear schedule must be >= 0")
 
 
 def model_predictions(logits: Tensor, mix: str, tau: float, generator: torch.Generator) -> Tensor:

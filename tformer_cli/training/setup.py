@@ -1,6 +1,5 @@
-"""Setting a run up, the one home of its policy for the CLI and the Python API: the settings of
-a new run (a recipe, the options given, fine-tuning's ``--init-from``) or of a resumed one, its
-folder, its place (device, DDP process group) and its data and tokenizer."""
+"""Setting a run up, for the CLI and the Python API alike: the settings of a new run (a recipe,
+the options given, ``--init-from``) or a resumed one, its folder, device and data."""
 
 from __future__ import annotations
 
@@ -49,10 +48,8 @@ RESUME_OVERRIDES = ("max_steps", "max_epochs", "max_minutes", "patience", "save_
 def new_configs(
     options: Mapping[str, Any], recipe: Mapping[str, Mapping[str, Any]] | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
-    """The settings of a new run: the ``recipe``'s (``load_recipe``), the ``options`` given (by
-    the names of ``config.TRAIN_OPTIONS``, as ``tformer train`` takes them) winning, the configs'
-    defaults for the rest; local data paths made absolute. ``init_from`` takes that run's
-    model settings and tokenizer (``fine_tuning``)."""
+    """The settings of a new run: the ``options`` given (named as ``config.TRAIN_OPTIONS``),
+    then the ``recipe``'s, then the defaults; local data paths absolute; ``fine_tuning``."""
     tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
     for table in tables:
         tables[table].update((recipe or {}).get(table, {}))
@@ -77,8 +74,7 @@ def fine_tuning(
     run: Path, model_cfg: ModelConfig, train_cfg: TrainConfig, given: set[str]
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a run that starts from ``run``'s weights: its model settings and
-    tokenizer (and its target-side one, which ``prepare`` copies), the rest as given. A model
-    option given that contradicts them is an error."""
+    tokenizer, the rest as given; a model option given that contradicts them is an error."""
     run = resolve_run(run)
     if not (run / "model.pt").is_file():
         raise TformerError(f"--init-from {run}: no model.pt (a run that has validated once)")
@@ -104,8 +100,7 @@ def fine_tuning(
 
 
 def resume_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The ``options`` given to a resumed run (by option name): (the settings they change, by
-    field: those of ``RESUME_OVERRIDES``; the options ignored, sorted)."""
+    """A resumed run's ``options``: (the ``RESUME_OVERRIDES`` they set, the others, sorted)."""
     fields = {o: TRAIN_OPTIONS[o].fields[0] if o in TRAIN_OPTIONS else "" for o in options}
     overrides = {fields[o]: value for o, value in options.items() if fields[o] in RESUME_OVERRIDES}
     return overrides, sorted(o for o in options if fields[o] not in RESUME_OVERRIDES)
@@ -117,9 +112,8 @@ def resumed_configs(
     ignored: Sequence[str] = (),
     say: Callable[[str], None] | None = None,
 ) -> tuple[ModelConfig, TrainConfig]:
-    """The settings of the run in ``run_dir`` resumed: its own, with ``overrides`` (fields of
-    ``RESUME_OVERRIDES``); ``say`` gets a note naming the options ``ignored``. A run with a
-    model.pt but no last.pt cannot resume (a run killed before its first save starts over)."""
+    """The run's own settings with ``overrides`` (``RESUME_OVERRIDES``); ``say`` gets a note
+    naming the options ``ignored``. A model.pt without last.pt cannot resume."""
     saved = RunConfig.load(run_dir)
     if ignored and say is not None:
         names = ", ".join("--" + o.replace("_", "-") for o in ignored)
@@ -158,8 +152,7 @@ def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
 
 
 def placed(device_name: str) -> tuple[World, torch.device]:
-    """This process's place: its process group (one process, or DDP under torchrun) and its
-    device, the GPU of its local rank; N processes on the CPU share its cores."""
+    """This process's process group (DDP under torchrun) and device (its local rank's GPU)."""
     device = resolve_device(device_name)
     world = init_world(device.type)
     if world.size > 1 and device.type == "cuda":
@@ -179,42 +172,27 @@ def load_data(
     max_positions: int,
     world: World,
 ) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
-    """``prepare`` on rank 0, which builds the tokenizer and the data cache (a run folder it
-    makes is removed again if that fails), then on the other ranks, which read them."""
+    """``prepare`` on rank 0, then on the other ranks, which read what it made."""
     if world.main:
-        with removed_on_failure(run_dir, made=not resume and not run_dir.exists()):
+        made = not resume and not run_dir.exists()
+        try:
             prepared = prepare(run_dir, cfg, console, resume, max_positions)
+        except BaseException:  # Ctrl-C too: no half-made run is left behind
+            if made:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     barrier(world)
     if not world.main:
         prepared = prepare(run_dir, cfg, console, True, max_positions)
     return prepared
 
 
-@contextmanager
-def removed_on_failure(run_dir: Path, made: bool) -> Iterator[None]:
-    """Remove ``run_dir`` again if it is ``made`` here and what writes its first files fails or
-    is interrupted (Ctrl-C while the data is tokenized): no half-made run is left behind."""
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-
-
 def prepare(
     run_dir: Path, cfg: TrainConfig, console: Console, resume: bool, max_positions: int
 ) -> tuple[Tokenizer, Tokenizer, dict[str, Split]]:
-    """Fingerprint the corpus, get the run's tokenizer (on resume its own) and every split
-    encoded, both through the cache beside the runs (``data_cache.py``: the corpus is read on a
-    miss alone); drop training pairs over max_len
-    and validation/test pairs longer than the model's positions (as ``tformer eval`` does).
-    Returns the tokenizer, the one of the targets (``target_tokenizer``; else the tokenizer
-    again) and the splits.
-
-    The run folder is created only once the corpus and the tokenizer are ready, so bad data or
-    bad tokenizer settings leave nothing.
-    """
+    """The run's tokenizer (on resume its own), the targets' (``target_tokenizer``, else the
+    same) and every split encoded (``kept_pairs``), through the cache beside the runs (the
+    corpus is read on a miss alone). The run folder is made once the tokenizer is ready."""
     with text_folder(run_dir.parent / CACHE_DIR) as folder:
         fingerprint, load = fingerprinted_corpus(
             cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
@@ -229,24 +207,19 @@ def prepare(
 
         cache = DataCache(run_dir.parent / CACHE_DIR, functools.cache(read), fingerprint)
         tok_path = run_dir / "tokenizer.json"
-        if resume:
-            tok = load_tokenizer(tok_path)
-        elif cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
-            load_tokenizer(Path(cfg.tokenizer_file))
+        if not resume:
+            if cfg.tokenizer_file is not None:  # a ready one: checked before the run folder exists
+                load_tokenizer(Path(cfg.tokenizer_file))
+                source, how = Path(cfg.tokenizer_file), f"using the tokenizer {cfg.tokenizer_file}"
+            else:
+                kind = cfg.tokenizer_kind
+                source, hit = cache.tokenizer(kind, cfg.vocab_size, cfg.tokenizer_sample)
+                cached = f"reusing the cached {kind} tokenizer from {source.parent}"
+                how = cached if hit else f"trained a {kind} tokenizer"
             run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(tok_path, lambda tmp: shutil.copyfile(cfg.tokenizer_file, tmp))
-            tok = load_tokenizer(tok_path)
-            console.log(f"using the tokenizer {cfg.tokenizer_file}: {tok.get_vocab_size()} types")
-        else:
-            cached, hit = cache.tokenizer(cfg.tokenizer_kind, cfg.vocab_size, cfg.tokenizer_sample)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(tok_path, lambda tmp: shutil.copyfile(cached, tmp))
-            tok = load_tokenizer(tok_path)
-            how = (
-                f"reusing the cached {cfg.tokenizer_kind} tokenizer from {cached.parent}"
-                if hit
-                else f"trained a {cfg.tokenizer_kind} tokenizer"
-            )
+            atomic_write(tok_path, lambda tmp: shutil.copyfile(source, tmp))
+        tok = load_tokenizer(tok_path)
+        if not resume:
             console.log(f"{how}: {tok.get_vocab_size()} types")
         tgt_path = target_tokenizer(run_dir, cfg, resume, tok, console.log)
         progress = make_progress("encode", console)
@@ -263,10 +236,7 @@ def prepare(
 
 @contextmanager
 def text_folder(cache_dir: Path) -> Iterator[Path]:
-    """A folder beside the data cache for the corpus's text while the cache is filled
-    (``load_corpus``'s ``folder``: on the runs' disk, not in a temporary folder that may be
-    memory), removed afterwards, with the cache and runs folders it made where they hold
-    nothing else."""
+    """A folder beside the data cache for the corpus's text while the cache fills."""
     folder = cache_dir / f".text-{os.getpid()}"
     made = [p for p in (cache_dir, cache_dir.parent) if not p.exists()]
     try:
@@ -281,9 +251,8 @@ def text_folder(cache_dir: Path) -> Iterator[Path]:
 def target_tokenizer(
     run_dir: Path, cfg: TrainConfig, resume: bool, tok: Tokenizer, log: Callable[[str], None]
 ) -> Path | None:
-    """The run's target-side tokenizer (``TARGET_TOKENIZER``, an imported model's), which
-    encodes the targets and decodes what the model writes, or None: on resume the run's own;
-    in a new run, a copy of the ``--init-from`` run's (none left over in the folder else)."""
+    """The run's target-side tokenizer (``TARGET_TOKENIZER``, an imported model's) or None: on
+    resume the run's own; in a new run, a copy of the ``--init-from`` run's."""
     path = run_dir / TARGET_TOKENIZER
     if resume:
         return path if path.is_file() else None
@@ -302,9 +271,7 @@ def kept_pairs(
     name: str, split: Split, max_len: int, max_positions: int, log: Callable[[str], None]
 ) -> Split:
     """The pairs of split ``name`` that training reads: training pairs under ``max_len`` tokens
-    a side, validation/test pairs that fit the model's positions (``fits_positions``, as
-    ``tformer eval`` keeps them); a split left empty is an error. The split itself where every
-    pair is kept, else a view through the kept indices (numpy, from the lengths alone)."""
+    a side, others that fit the model's positions (``fits_positions``); none is an error."""
     n = len(split.refs)
     if name == "train":
         keep = np.flatnonzero(np.maximum(lengths(split.src), lengths(split.tgt)) < max_len)
@@ -327,13 +294,15 @@ def kept_pairs(
     return split if len(keep) == n else split.select(keep)
 
 
-def tensorboard_writer(folder: Path) -> Callable[[], Any]:
-    """A maker of ``torch.utils.tensorboard.SummaryWriter(folder)``; a one-line error where
-    the ``tensorboard`` package is not installed."""
+def tensorboard_writer(folder: Path | None, main: bool) -> Any:
+    """``SummaryWriter(folder)`` on rank 0 (``main``), else None; on every rank, a one-line
+    error without the ``tensorboard`` package."""
+    if folder is None:
+        return None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise TformerError(
             "--tensorboard needs the tensorboard package: pip install tensorboard"
         ) from None
-    return lambda: SummaryWriter(str(folder))
+    return SummaryWriter(str(folder)) if main else None

@@ -1,14 +1,12 @@
-"""What a run keeps on disk and between processes: its progress (``TrainState``, saved in
-``last.pt`` with the weights and the optimizer), the trimming of what a killed run wrote past
-its last save, the signals that stop it cleanly, the kill points of the crash-safety tests, and
-the peak memory (and its anonymous part) its last log record keeps.
+"""What a run keeps on disk and between processes: its progress (``TrainState``, in ``last.pt``
+with the weights and the optimizer) and ``--max-minutes`` as a number of updates (``Budget``),
+the trimming of what a killed run wrote past its last save, the signals that stop it cleanly,
+the crash tests' kill points, and the peak memory.
 
-Crash safety: ``last.pt`` is saved at every validation and at least every ``--save-every``
-minutes, atomically, so a kill at any moment loses at most the work since the last save, and
-``--resume`` replays the lost updates bit for bit on CPU: the batches are a function of (seed,
-epoch) and the random numbers of each micro-batch (dropout, scheduled sampling) of (seed, update,
-micro-batch), so no generator state has to be saved, and the same holds under DDP with any
-number of processes.
+Crash safety: ``last.pt`` is saved atomically at every validation and every ``--save-every``
+minutes, and ``--resume`` replays the lost updates bit for bit on CPU, under DDP too: the
+batches are a function of (seed, epoch), each micro-batch's random numbers of (seed, update,
+micro-batch), so no generator state is saved.
 """
 
 from __future__ import annotations
@@ -31,11 +29,122 @@ from typing import Any
 import torch
 
 from tformer_cli.checkpoint import CHECKPOINTS, checkpoint_paths, load_state, torch_save
+from tformer_cli.config import TrainConfig
 from tformer_cli.device import anonymous_memory_mib
 from tformer_cli.files import atomic_write, atomic_write_text
-from tformer_cli.training.budget import Budget
+from tformer_cli.training.distributed import World, from_main
+from tformer_cli.training.schedule import decay_progress, lr_at
 
 KILL_AT = "TFORMER_TEST_KILL_AT"  # tests: EVENT:N, see KillPoints
+
+
+def budget_updates(step: int, elapsed: float, update_seconds: float, minutes: float) -> int:
+    """The update (past ``step``) at which ``minutes`` run out at ``update_seconds`` each."""
+    left = max(0.0, minutes * 60 - elapsed)
+    return step + max(1, round(left / max(update_seconds, 1e-9)))
+
+
+# The names last.pt keeps the budget's fields under, where they differ from the fields'
+SAVED_NAMES = {"updates": "budget_updates", "minutes": "budget_minutes"}
+
+
+@dataclass
+class Budget:
+    """``--max-minutes`` as a number of updates, for the learning rate to decay to 0 when the
+    time runs out: estimated at the end of warm-up and after every validation (``plan``; updates
+    slow down as a run goes on), each estimate taking the decay over where it stands. Saved in
+    last.pt."""
+
+    updates: int = 0  # the update at which the learning rate reaches 0 (0: no estimate)
+    minutes: float = 0.0  # the --max-minutes it was estimated for
+    update_seconds: float = 0.0  # seconds per update as timed, validations spread over them
+    mark_step: int = 0  # (update, elapsed) where the measuring for the next estimate began
+    mark_elapsed: float = 0.0
+    valid_seconds: float = 0.0  # seconds spent validating since then (rank 0)
+    decay_from: int = 0  # the update where the latest estimate took over the decay (0: none)
+    decay_progress: float = 0.0  # the decay's progress (0 to 1) at that update
+
+    def as_saved(self) -> dict[str, Any]:
+        """The fields under the names last.pt keeps them by."""
+        return {SAVED_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def saved(cls, values: dict[str, Any]) -> Budget:
+        """The budget in a last.pt's state (whose other keys it ignores)."""
+        fields = {SAVED_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
+        return cls(**{fields[k]: v for k, v in values.items() if k in fields})
+
+    def lr(self, step: int, cfg: TrainConfig) -> float:
+        """``lr_at`` with the budget's last update, from where the latest estimate took over."""
+        return lr_at(step, cfg, self.end(cfg), self.start())
+
+    def end(self, cfg: TrainConfig) -> int | None:
+        """The last update: the first of --max-steps and the --max-minutes estimate."""
+        ends = [n for n in (cfg.max_steps, self.updates if cfg.max_minutes else 0) if n]
+        return min(ends) if ends else None
+
+    def start(self) -> tuple[int, float] | None:
+        return (self.decay_from, self.decay_progress) if self.decay_from else None
+
+    def progress(self, step: int, cfg: TrainConfig) -> float:
+        """The decay's progress at ``step`` under the current estimate (0 before there is one)."""
+        end = self.end(cfg)
+        if end is None or not self.updates or step <= cfg.warmup:
+            return 0.0
+        return decay_progress(step, end, self.start() or (cfg.warmup, 0.0))
+
+    def plan(
+        self, step: int, elapsed: float, cfg: TrainConfig, world: World, device: torch.device
+    ) -> str | None:
+        """Before update ``step + 1``, ``elapsed`` seconds in, where an estimate is due: the
+        seconds left over the seconds per update timed since the last estimate (the first from
+        halfway through warm-up), validations spread over their updates; rank 0's numbers on
+        every rank. Returns what to say about it."""
+        if not cfg.max_minutes or cfg.budget_decay is None:
+            return None
+        if step == cfg.warmup // 2 and not self.updates:
+            self.mark_step, self.mark_elapsed, self.valid_seconds = step, elapsed, 0.0
+        validations = step // cfg.valid_every - self.mark_step // cfg.valid_every  # since the mark
+        if step < cfg.warmup or (self.updates and not validations):
+            return None
+        steps = step - self.mark_step  # >= 1: the mark is before this update
+        train = (elapsed - self.mark_elapsed - self.valid_seconds) / steps
+        valid = self.valid_seconds / validations if validations else 0.0  # one validation
+        seconds = train + valid / cfg.valid_every
+        total = budget_updates(step, elapsed, seconds, cfg.max_minutes)
+        total, seconds, train, valid = from_main(world, [total, seconds, train, valid], device)
+        was, started = self.updates, self.mark_step
+        self.decay_from, self.decay_progress = step, self.progress(step, cfg)
+        self.updates, self.minutes, self.update_seconds = int(total), cfg.max_minutes, seconds
+        self.mark_step, self.mark_elapsed, self.valid_seconds = step, elapsed, 0.0
+        rate = f"{train * 1000:.0f} ms/update" + (
+            f" and {valid:.1f} s per validation (every {cfg.valid_every})" if validations else ""
+        )
+        return (
+            f"--max-minutes {cfg.max_minutes:g}: {rate} over updates {started}-{step}, so"
+            f" the learning rate decays ({cfg.budget_decay}) to 0 at update {self.updates}"
+            f"{f' (was {was})' if was else ''}"
+        )
+
+    def rebudget(self, step: int, elapsed: float, cfg: TrainConfig) -> str | None:
+        """A new end on a resume that changes --max-minutes; returns what to say about it."""
+        if not self.updates or cfg.max_minutes == self.minutes:
+            return None
+        was, old = self.updates, self.minutes
+        if cfg.max_minutes and cfg.budget_decay is not None:
+            self.decay_from, self.decay_progress = step, self.progress(step, cfg)
+            self.updates = budget_updates(step, elapsed, self.update_seconds, cfg.max_minutes)
+            self.minutes = cfg.max_minutes
+            return (
+                f"--max-minutes {old:g} -> {cfg.max_minutes:g}: the learning rate now reaches 0"
+                f" at update {self.updates} (was {was}; {self.update_seconds * 1000:.0f}"
+                " ms/update so far)"
+            )
+        self.updates, self.minutes, self.decay_from = 0, 0.0, 0
+        return (
+            f"no --max-minutes any more (was {old:g}): the learning rate follows 1/sqrt decay"
+            f" after update {step}"
+        )
 
 
 @dataclass
@@ -62,7 +171,7 @@ class TrainState:
 
     @classmethod
     def saved(cls, values: dict[str, Any]) -> TrainState:
-        """The state saved in a last.pt, less what older versions kept and this one does not."""
+        """The state saved in a last.pt (keys of older versions ignored)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"budget"}
         mine = {k: v for k, v in values.items() if k in known}
         return cls(**mine, budget=Budget.saved(values))
@@ -85,9 +194,7 @@ def save_last(
     device: torch.device,
     on_event: Callable[[str], None],
 ) -> None:
-    """Write ``last.pt`` atomically: weights, optimizer and progress. No random state: each
-    micro-batch seeds its own. ``on_event("save")`` runs with the new file written but not yet
-    in place."""
+    """Write ``last.pt`` atomically, calling ``on_event("save")`` before it is in place."""
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -105,8 +212,7 @@ def save_last(
 def load_last(
     run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[TrainState, str | None]:
-    """Load ``last.pt`` into ``model`` and ``optimizer``: (its progress, the device type it was
-    saved on, if it says)."""
+    """Load ``last.pt`` into ``model`` and ``optimizer``: (its progress, its device type)."""
     ckpt = load_state(run_dir / "last.pt")
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -114,8 +220,7 @@ def load_last(
 
 
 def micro_seeds(seed: int, step: int, n: int) -> list[int]:
-    """The seeds of the ``n`` micro-batches of update ``step`` + 1: a function of (seed, update,
-    index) alone, whichever process takes the micro-batch and whether or not the run resumed."""
+    """The seeds of the ``n`` micro-batches of update ``step`` + 1, from (seed, update, index)."""
     return [
         int.from_bytes(
             hashlib.blake2b(f"{seed}:{step}:{i}".encode(), digest_size=8).digest()[:7], "little"
@@ -136,9 +241,8 @@ def ended_with_test(run_dir: Path) -> bool:
 
 
 def forget_after(run_dir: Path, step: int) -> None:
-    """Drop what a killed run wrote past the step it resumes from: log.jsonl records (so a
-    curve never shows a step twice; a half-written last line goes too), checkpoints, and the
-    temporary files of saves cut short."""
+    """Drop what a killed run wrote past the step it resumes from: log.jsonl records (a torn
+    last line too), checkpoints, and the temporary files of saves cut short."""
     for tmp in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
         tmp.unlink()
     log = run_dir / "log.jsonl"
@@ -159,9 +263,7 @@ def forget_after(run_dir: Path, step: int) -> None:
 
 @contextmanager
 def stop_on_interrupt() -> Iterator[list[bool]]:
-    """A first Ctrl-C (SIGINT) or SIGTERM sets a flag, so the loop finishes its update and
-    saves; a second one aborts. SIGTERM is how a cluster scheduler preempts a job and how
-    torchrun stops its workers when Ctrl-C reaches it."""
+    """A first Ctrl-C or SIGTERM sets a flag (the loop saves and stops); a second aborts."""
     flag = [False]
 
     def handler(signum: int, frame: Any) -> None:
@@ -183,12 +285,9 @@ def stop_on_interrupt() -> Iterator[list[bool]]:
 
 
 class KillPoints:
-    """The hook a trainer calls at its named events: ``update`` (an update made, nothing saved
-    since) and ``save`` (inside a save of last.pt, the new file written but not yet in place).
-
-    Tests only: with ``TFORMER_TEST_KILL_AT=EVENT:N`` in the environment (read at set-up, so
-    torchrun's workers get it too) the process SIGKILLs itself at the N-th ``event``, as a
-    power cut or the OOM killer would; without it every event is a no-op."""
+    """The hook a trainer calls at ``update`` (nothing saved since) and ``save`` (last.pt
+    written, not yet in place). Tests only: with ``TFORMER_TEST_KILL_AT=EVENT:N`` the process
+    SIGKILLs itself at the N-th ``event``, as a power cut would; else a no-op."""
 
     def __init__(self, at: str | None = None) -> None:
         self.at = at
@@ -215,8 +314,7 @@ def peak_memory_mib(device: torch.device) -> float:
 
 class MemoryPeak:
     """The peak resident memory (``peak_memory_mib``) and the peak of its anonymous part, which
-    the kernel does not keep: the largest ``anonymous_memory_mib`` of the moments ``note`` is
-    called (each log record: after updates, validations)."""
+    the kernel does not keep: the largest ``anonymous_memory_mib`` seen by ``note``."""
 
     def __init__(self) -> None:
         self.anonymous: float | None = None

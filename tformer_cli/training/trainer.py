@@ -12,16 +12,14 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from functools import partial
-from pathlib import Path
+from functools import cached_property, partial
 
 import numpy as np
 import torch
-from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
 from tformer_cli.compile import maybe_compile
-from tformer_cli.config import ModelConfig, TrainConfig
+from tformer_cli.config import TrainConfig
 from tformer_cli.console import make_progress
 from tformer_cli.data.batching import Batch
 from tformer_cli.device import autocast, oom_hint
@@ -48,8 +46,7 @@ def forward_loss(
 ) -> torch.Tensor:
     """Teacher-forced label-smoothed loss summed over the N real target positions: src (B, S),
     decoder input y and gold tgt_out (B, T), ``real`` (N,) their flat indices (the output
-    layer runs there only). The part of a step that ``--compile`` hands to ``torch.compile``:
-    N is data-dependent, so it is compiled with dynamic shapes."""
+    layer runs there only). What ``--compile`` compiles, with dynamic shapes (N varies)."""
     with autocast(src.device, dtype):
         logits = model(src, y, at=real)  # (N, V)
     target = tgt_out.flatten().index_select(0, real)  # (N,)
@@ -69,18 +66,14 @@ def train_step(
     world: World = ONE_PROCESS,
     forward: Callable[..., torch.Tensor] = forward_loss,
 ) -> tuple[torch.Tensor, bool]:
-    """One update: ``forward`` (``forward_loss``, or it compiled), label-smoothed loss summed
-    over the accumulated batches times ``loss_scale``, backward, clipping, AdamW.
+    """One update: ``forward`` (``forward_loss``, or it compiled) summed over the accumulated
+    batches times ``loss_scale``, backward, clipping, AdamW.
 
-    ``loss_scale`` is 1 / (target tokens of the whole update) in one process. Under DDP,
-    ``batches`` are this rank's share and DDP averages the gradients over the N ranks, so the
-    scale is N / tokens, which makes the result the gradient of the global mean (0 for a rank
-    whose share is empty: it still joins the all-reduce). ``seeds[i]`` seeds micro-batch i's
-    random numbers. Returns (the update's mean loss per target token from this rank, a 0-dim
-    tensor on the device; whether the update was made): an update whose loss or gradient norm
-    is not finite is skipped, found by one ``isfinite`` of the norm that clipping computes
-    anyway (the update's one host sync; under DDP one tiny all-reduce more, so that every
-    rank decides alike).
+    ``loss_scale`` is 1 / (target tokens of the update); under DDP, which averages the N ranks'
+    gradients, N / tokens (0 for a rank with no share: it still joins the all-reduce).
+    ``seeds[i]`` seeds micro-batch i. Returns (this rank's mean loss per target token, 0-dim;
+    whether the update was made): one ``isfinite`` of the clipping's norm, the update's one host
+    sync, skips it where the loss or the gradient is not finite, on every rank alike.
     """
     model.train()
     total = torch.zeros((), device=device)
@@ -107,20 +100,10 @@ def train_step(
 class Trainer(TrainerBase):
     """Trains one run folder: ``run()`` returns when a stopping rule fires or on Ctrl-C."""
 
-    def __init__(
-        self,
-        run_dir: Path,
-        model_cfg: ModelConfig,
-        cfg: TrainConfig,
-        *,
-        resume: bool,
-        console: Console,
-        tensorboard: Path | None = None,
-    ) -> None:
-        super().__init__(
-            run_dir, model_cfg, cfg, resume=resume, console=console, tensorboard=tensorboard
-        )
-        self.forward = maybe_compile(
+    @cached_property
+    def forward(self) -> Callable[..., torch.Tensor]:
+        """``forward_loss``, compiled where ``--compile`` says so."""
+        return maybe_compile(
             forward_loss, self.cfg.compile, COMPILE_PAYS, "training step",
             self.console.log, dynamic=True,
         )  # fmt: skip
@@ -161,7 +144,7 @@ class Trainer(TrainerBase):
 
     def _step(self, batches: list[np.ndarray]) -> tuple[torch.Tensor, int, bool]:
         """One update from ``accum`` batches: (mean loss per target token, target tokens,
-        whether it was made); a skipped update leaves the step count as it was."""
+        whether it was made)."""
         s = self.state
         self._say(s.budget.plan(s.step, s.elapsed, self.cfg, self.world, self.device))
         lr = self.lr(s.step + 1)
