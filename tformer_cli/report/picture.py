@@ -15,6 +15,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 
 SUFFIXES = (".svg", ".html", ".htm", ".png")
+CHAR_W = 6.6  # average glyph width of 11 px text, for layout
 
 
 # ---------------------------------------------------------------------------- SVG and HTML
@@ -38,6 +39,11 @@ def text(x: float, y: float, raw: str, size: int, **attrs: object) -> str:
 def title(tip: str) -> str:
     """The tooltip of the element it is put in."""
     return element("title", escape(tip))
+
+
+def group(body: Sequence[str], x: float, y: float, **attrs: object) -> str:
+    """``body``'s elements as one group moved to ``(x, y)``."""
+    return element("g", "".join(body), **attrs, transform=f"translate({quoted(x)} {quoted(y)})")
 
 
 def text_lines(lines: Sequence[str], y: int, first: int | None) -> list[str]:

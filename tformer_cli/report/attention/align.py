@@ -23,14 +23,9 @@ from tformer_cli.report.attention.maps import collect
 
 @dataclass(frozen=True)
 class AlignmentScore:
-    """How often a head's strongest source word is a gold-aligned one, per (layer, head).
-
-    For each target word with at least one gold link, take the cross-attention row of the step
-    that generates its first subword, sum the weights over each source word's subwords (``</s>``
-    left out) and check whether the word with the most mass is linked to the target word.
-    ``crossing`` restricts this to target words with a crossing link (reordered, e.g. the
-    verb-final verbs of German subordinate clauses and the words they jump over).
-    """
+    """Per (layer, head), the share of gold-linked target words whose most attended source word
+    (the weights of the row generating the word's first subword, summed per source word) is
+    linked to it; ``crossing``: the same on words with a crossing (reordered) link."""
 
     accuracy: Tensor  # (L, h)
     crossing: Tensor  # (L, h)
@@ -46,9 +41,8 @@ class AlignmentScore:
 
 
 def word_index(tokens: Sequence[str], n_words: int) -> list[int] | None:
-    """Word number of each subword: a word starts at each ``▁``-initial piece (the Metaspace
-    pre-tokenizer marks every whitespace-separated word so; punctuation split off a word stays in
-    it). ``None`` when the count disagrees with ``n_words`` (e.g. another pre-tokenizer)."""
+    """Word number of each subword (a word starts at each ``▁``-initial piece); ``None`` when
+    the count disagrees with ``n_words`` (another pre-tokenizer)."""
     words, current = [], -1
     for t in tokens:
         current += t.startswith("▁")
