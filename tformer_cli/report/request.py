@@ -1,6 +1,6 @@
-"""What a user asks of an evaluation (``EvalRequest``): the one object that `tformer eval`,
-`tformer compare` and `tformer runs` read, and that resolves against a run into the data to load
-(``DataChoice``) and the key of its stored result (``EvalKey``)."""
+"""What a user asks of an evaluation (``EvalRequest``), read by `tformer eval`, `compare` and
+`runs`, and what it resolves to against a run: the data (``DataChoice``), the key of its stored
+result (``EvalKey``)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ from tformer_cli.report.stored import DTYPE_KEYS, EvalKey
 
 
 def keyed(config: EvalConfig) -> EvalConfig:
-    """``config`` as its numbers depend on it: a search that draws nothing (no sampling, no
-    minimum Bayes risk over samples) never reads its seed, so eval's and compare's results of
-    the same search share one key whatever seed each passed."""
+    """``config`` as its numbers depend on it: a search that draws nothing never reads its seed,
+    so results of the same search share one key whatever seed was passed."""
     search = config.search
     draws = search.sampling is not None or (search.mbr > 0 and search.mbr_from == "sample")
     return config if draws else replace(config, search=replace(search, seed=0))
@@ -31,8 +30,8 @@ def keyed(config: EvalConfig) -> EvalConfig:
 
 @dataclass(frozen=True)
 class DataChoice:
-    """The pairs an evaluation reads, resolved against the run: ``spec`` and ``files`` as
-    ``load_corpus`` takes them, the split, and ``name``, what the report calls the data."""
+    """The pairs an evaluation reads: ``spec`` and ``files`` as ``load_corpus`` takes them, the
+    split, and ``name``, what the report calls the data."""
 
     spec: str
     files: dict[str, str | Path | None]
@@ -45,13 +44,11 @@ class DataChoice:
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """An evaluation of a run, as asked: the data (default: the run's own, with its languages
-    and seed, so the same carved splits; ``src_file`` and ``tgt_file``: every pair of two plain
-    parallel files, in order), the split and the first ``limit`` pairs of it, the report's
-    settings, and where it runs: ``device``; ``precision`` (default: the run's training
-    precision); ``threads``, torch CPU threads (0: ``$TFORMER_THREADS`` if set, else the idle
-    cores); ``compile``, how the decode step runs; ``engine``, what runs the searches (torch, or
-    ctranslate2: the teacher-forced passes stay on torch)."""
+    """An evaluation of a run, as asked: the data (default: the run's own, its languages and seed,
+    so the same carved splits; ``src_file`` and ``tgt_file``: every pair of two plain files),
+    split and ``limit``, the report's settings, and where it runs (``precision`` default: the
+    run's; ``threads`` 0: ``$TFORMER_THREADS``, else the idle cores; ``engine``: what runs the
+    searches, the teacher-forced passes staying on torch)."""
 
     data: str | None = None
     src_lang: str | None = None
@@ -77,8 +74,7 @@ class EvalRequest:
             raise TformerError(f"unknown engine {self.engine!r}: use {' or '.join(ENGINES)}")
 
     def check_data(self, run_dir: Path, config: RunConfig) -> None:
-        """A one-line error when the request names no data and the run has none of its own (an
-        imported model: ``train.data`` is ``none``)."""
+        """A one-line error when neither the request nor the (imported) run names data."""
         if self.data is None and not self.on_files and config.imported_from is not None:
             raise TformerError(
                 f"{run_dir} was imported from {config.imported_from} and has no data of its own:"
@@ -105,8 +101,7 @@ class EvalRequest:
         return self.precision or config.train.precision
 
     def placement(self, config: RunConfig) -> tuple[torch.device, torch.dtype | None]:
-        """The device and compute dtype the run would be evaluated with, as ``load_run``
-        resolves them, without loading it."""
+        """The device and compute dtype ``load_run`` would give the run, without loading it."""
         device = resolve_device(self.device)
         precision = self.precision_for(config)
         return device, resolve_precision(precision, device, config.model.d_model, inference=True)
@@ -123,17 +118,9 @@ class EvalRequest:
             spec, files = train.data, tuple(getattr(train, name) for name in PARALLEL_FILES)
         else:
             spec, files = absolute_data(self.data), ()
+        precision = "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype))
         return EvalKey(
-            file_sha256(run_dir / "model.pt"),
-            spec,
-            files if any(files) else (),
-            data.src_lang,
-            data.tgt_lang,
-            train.seed,
-            data.split,
-            self.limit,
-            "fp32" if dtype is None else DTYPE_KEYS.get(dtype, str(dtype)),
-            device.type,
-            keyed(self.config),
-            self.engine,
-        )
+            file_sha256(run_dir / "model.pt"), spec, files if any(files) else (), data.src_lang,
+            data.tgt_lang, train.seed, data.split, self.limit, precision, device.type,
+            keyed(self.config), self.engine,
+        )  # fmt: skip

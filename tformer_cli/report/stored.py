@@ -1,8 +1,6 @@
-"""Kept evaluations: each ``tformer eval`` result in ``RUN/evals/<key>.json`` (``StoredEval``),
-with both searches' outputs, keyed by what its numbers depend on (``EvalKey``: the model
-file's bytes, the data, split, limit and settings), so that `tformer runs` shows test BLEU and
-`tformer compare` reuses a current result.
-"""
+"""Kept evaluations: each ``tformer eval`` result in ``RUN/evals/<key>.json``, with both
+searches' outputs, keyed by what its numbers depend on, so that `tformer runs` shows test BLEU
+and `tformer compare` reuses a current result."""
 
 from __future__ import annotations
 
@@ -25,11 +23,9 @@ DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.qint8: "int8"
 
 @dataclass(frozen=True)
 class EvalKey:
-    """What an evaluation's numbers depend on, so what its stored result is keyed by: the
-    weights (SHA-256 of model.pt), the data (spec, languages, plain files, and the run's seed,
-    which carves missing splits), split, limit, precision, device type and every ``EvalConfig``
-    setting (search, prefix-noise levels and seed). Thread count and batch order do not change
-    the numbers beyond float rounding, and are left out."""
+    """What an evaluation's numbers depend on: the weights (SHA-256 of model.pt), the data (spec,
+    languages, plain files, the run's seed that carves missing splits), split, limit, precision,
+    device type and every ``EvalConfig`` setting; not threads or batch order (float rounding)."""
 
     model_sha256: str
     data: str
@@ -56,9 +52,8 @@ class EvalKey:
 
 @dataclass(frozen=True)
 class StoredEval:
-    """A kept evaluation, ``RUN/evals/<key>.json``: the request, the report as ``--json``
-    writes it, and the outputs with their references (pairs longer than the model's positions
-    left out), so that paired significance tests need no new decoding."""
+    """A kept evaluation: its key as JSON, the report as ``--json`` writes it, and the outputs
+    with their references, so that paired significance tests need no new decoding."""
 
     key: str
     request: dict[str, Any]  # its EvalKey as JSON
