@@ -67,37 +67,25 @@ def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:
     return b.corpus_score(list(hyps), [list(refs)]).score, str(b.get_signature())
 
 
-@dataclass(frozen=True)
-class TeacherForced:
-    """Mean NLL of each gold token given the gold prefix, and the argmax accuracy."""
-
-    xent: float
-    accuracy: float
-    tokens: int
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(min(self.xent, 100.0))
-
-
 def teacher_forced(
     model: Transformer,
     src: Sequence[Sequence[int]],
     tgt: Sequence[Sequence[int]],
     max_tokens: int = 4096,
     dtype: torch.dtype | None = None,
-) -> TeacherForced:
-    """tf_xent, tf_ppl and tf_acc over every target token, ``</s>`` included: the clean pass of
-    ``tformer eval``, so that validation and the report agree."""
-    device = next(model.parameters()).device
+) -> TFMetrics:
+    """tf_xent, tf_ppl and tf_acc: the clean pass of ``tformer eval``, which validation shares."""
     inputs, gold = gold_io(tgt)
-    with autocast(device, dtype):
-        clean = forced_pass(model, src, inputs, gold, max_tokens)
-    right = sum(
-        a == g for p, y in zip(clean.preds, gold, strict=True) for a, g in zip(p, y, strict=True)
-    )
+    with autocast(next(model.parameters()).device, dtype):
+        return tf_metrics(forced_pass(model, src, inputs, gold, max_tokens), gold)
+
+
+def tf_metrics(clean: ForcedPass, gold: Sequence[Sequence[int]]) -> TFMetrics:
+    """Section 1 from the clean pass: its mean NLL of the gold tokens and argmax accuracy."""
+    pairs = zip(clean.preds, gold, strict=True)
+    right = sum(a == g for p, y in pairs for a, g in zip(p, y, strict=True))
     n = max(clean.tokens, 1)
-    return TeacherForced(clean.nll / n, right / n, clean.tokens)
+    return TFMetrics(clean.nll / n, math.exp(min(clean.nll / n, 100.0)), right / n, clean.tokens)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -133,9 +121,9 @@ class EvalSource:
 class TFMetrics:
     """Section 1, over every target token, ``</s>`` included."""
 
-    xent: float | None
-    ppl: float | None
-    acc: float | None
+    xent: float
+    ppl: float
+    acc: float
     tokens: int
 
 
@@ -355,13 +343,11 @@ def evaluate(
     t_scoring = time.perf_counter()
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
     tf_bleu = corpus_bleu(tf_text, data.refs)[0]
-    xent = ratio(clean.nll, clean.tokens)
-    ppl = None if xent is None else math.exp(min(xent, 100.0))
     sections = dict(
         source=source,
         config=cfg,
         sizes=Sizes(len(data.src), sum(map(len, data.src)), clean.tokens, skipped),
-        tf=TFMetrics(xent, ppl, levels[0].acc, clean.tokens),
+        tf=tf_metrics(clean, gold),
         greedy=greedy,
         beam=beam,
         exposure_gap=ExposureGap(tf_bleu, greedy.bleu, tf_bleu - greedy.bleu),
