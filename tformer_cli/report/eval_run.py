@@ -85,7 +85,7 @@ def evaluate_run(
         report = with_ensemble(report, loaded, scored, request, ensemble_with)
     # write what was asked for
     hyps = [""] * len(split.src)  # a line per pair of the split, empty for a skipped one
-    for i, hyp in zip(kept, outputs.beam or outputs.greedy, strict=True):
+    for i, hyp in zip(kept, outputs.hypotheses, strict=True):
         hyps[i] = hyp
     created = datetime.now().astimezone().isoformat(timespec="seconds")
     key_json = json.loads(json.dumps(dataclasses.asdict(key)))
@@ -194,17 +194,15 @@ def score_split(
 ) -> tuple[EvalReport, Outputs]:
     """``evaluate`` on the run's device and precision, with a progress bar; ``skipped``: the pairs
     too long for the model."""
-    outputs: list[Outputs] = []
     with make_progress("eval", log, disable=quiet) as bar:
         total = len(split.src) * (3 if request.config.search.beam > 1 else 2)
         task = bar.add_task("eval", total=total, info="")
         with inference(run.device, run.dtype):
-            report, _ = evaluate(
+            return evaluate(
                 run.model, run.tgt_tokenizer, split, request.config, source, skipped,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
-                on_outputs=outputs.append, compile=run.compile, engine=engine,
+                compile=run.compile, engine=engine,
             )  # fmt: skip
-    return report, outputs[0]
 
 
 def with_ensemble(

@@ -286,6 +286,11 @@ class Outputs:
     greedy: list[str]
     beam: list[str] | None  # None when cfg.search.beam == 1
 
+    @property
+    def hypotheses(self) -> list[str]:
+        """The report's hypotheses: the second search's, else greedy's."""
+        return self.beam or self.greedy
+
 
 def teacher_forced_passes(
     model: nn.Module, data: Split, cfg: EvalConfig
@@ -313,14 +318,12 @@ def evaluate(
     source: EvalSource = EvalSource(),
     skipped: int = 0,
     on_progress: Progress | None = None,
-    on_outputs: Callable[[Outputs], None] | None = None,
     compile: str = "auto",
     engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, list[str]]:
-    """Every metric of the report, and the hypotheses (beam if ``cfg.search.beam > 1``, else
-    greedy); ``on_outputs`` receives both searches' outputs. ``tokenizer``: the target side's;
-    ``engine``: what runs the searches (default: ``model``); the teacher-forced passes always
-    run ``model``. The caller sets the device, the precision and inference mode."""
+    """Every metric of the report, and both searches' outputs. ``tokenizer``: the target
+    side's; ``engine``: what runs the searches (default: ``model``); the teacher-forced passes
+    always run ``model``. The caller sets the device, the precision and inference mode."""
     if not data.src:
         raise TformerError("nothing to evaluate: the data holds no sentence pairs")
 
@@ -358,9 +361,7 @@ def evaluate(
     end = time.perf_counter()
     beam_s = None if beam is None else beam.seconds
     timing = Timing(end - start, greedy.seconds, beam_s, t_scoring - t_tf, end - t_scoring)
-    if on_outputs is not None:
-        on_outputs(Outputs(greedy_text, beam_text))
-    return EvalReport(**sections, timing=timing), beam_text or greedy_text
+    return EvalReport(**sections, timing=timing), Outputs(greedy_text, beam_text)
 
 
 def report_json(report: EvalReport) -> str:
