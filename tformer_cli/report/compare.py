@@ -176,8 +176,7 @@ def paired_tests(
     n_bootstrap: int = N_BOOTSTRAP,
     n_ar: int = N_AR,
 ) -> tuple[list[PairedResult], dict[str, str]]:
-    """BLEU and chrF of every system against the first by ``PairedTest`` (seed
-    ``$SACREBLEU_SEED``, default 12345), and the signatures."""
+    """BLEU and chrF of each system against the first (sacrebleu's ``PairedTest``), signatures."""
     named = [(name, list(hyps)) for name, hyps in systems]
     results: dict[str, dict[str, list[Any]]] = {}
     signatures: dict[str, str] = {}

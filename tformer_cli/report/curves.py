@@ -1,11 +1,7 @@
-"""Training curves from ``log.jsonl``, for `tformer show` and `tformer compare --save`.
-
-``run_series`` reads a log's records into series, ``make_chart`` lays runs' series out as panels
-over updates or training time, and ``chart_terminal`` (braille), ``chart_svg``, ``chart_html``
-and ``chart_png`` draw the chart with ``picture.py``. Validation records carry no ``elapsed``:
-their time is interpolated between the training records around them (extrapolated after the
-last one); a log without any time leaves them out of the time axis.
-"""
+"""Training curves from ``log.jsonl``, for `tformer show` and `tformer compare --save`:
+``run_series`` reads the records, ``make_chart`` lays runs out as panels over updates or training
+time, and ``chart_terminal``, ``chart_svg``, ``chart_html`` and ``chart_png`` draw the chart.
+Validation records have no ``elapsed``: their time is interpolated on the update count."""
 
 from __future__ import annotations
 
@@ -76,8 +72,8 @@ def step_of(record: dict[str, Any]) -> int | None:
 
 
 def step_clock(records: Sequence[dict[str, Any]]) -> Callable[[int], float | None]:
-    """Training time at any update count, from the training records' ``elapsed`` (and 0 s at
-    update 0): linear between known points, at the last interval's rate after the last."""
+    """Training time at any update count from the records' ``elapsed`` (0 s at update 0), linear
+    between known points and past the last."""
     known: dict[int, float] = {0: 0.0}
     for r in records:
         seconds, step = number(r.get("elapsed")), step_of(r)
@@ -224,8 +220,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], float]:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """1, 2, 5 x 10^k within ``[lo, hi]``; only powers of ten when those are too many; the
-    ends themselves when none falls inside."""
+    """1, 2, 5 x 10^k within ``[lo, hi]`` (powers of ten when too many; the ends when none)."""
     k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     ticks = [m * 10**k for k in range(k0, k1 + 1) for m in (1, 2, 5) if lo <= m * 10**k <= hi]
     if len(ticks) > 7:
@@ -260,8 +255,7 @@ class Scale:
 def panel_ranges(
     panel: Panel, margin: float = 0.0
 ) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The x and y ranges of a panel's points, widened by ``margin`` of their span each side
-    (on a log axis, of their ratio)."""
+    """The x and y ranges of a panel's points, widened by ``margin`` of their span each side."""
     xs = [x for line in panel.lines for x, _ in line.points]
     ys = [y for line in panel.lines for _, y in line.points]
     (x0, x1), (y0, y1) = value_range(xs), value_range(ys, panel.spec.log_y)
@@ -285,8 +279,8 @@ def braille(
     sx: Scale,
     sy: Scale,
 ) -> list[list[tuple[int, int]]]:
-    """Rows of ``(braille bits, index of the line drawn last in the cell, -1 if none)``:
-    each line's points joined by straight dot lines on a ``2*width`` x ``4*height`` grid."""
+    """Rows of ``(braille bits, index of the line drawn last in the cell)``: each line's points
+    joined on a ``2*width`` x ``4*height`` dot grid."""
     grid = [[(0, -1) for _ in range(width)] for _ in range(height)]
     w, h = 2 * width - 1, 4 * height - 1
 
@@ -318,8 +312,7 @@ def summary(points: Sequence[tuple[float, float]], x_unit: str) -> str:
 
 
 def render_panel(panel: Panel, x_label: str, width: int = 80, height: int = 4) -> Text:
-    """One panel as text: title, one summary per line, a braille plot with its y range on the
-    left (``┤`` at the top and bottom rows) and its x range below."""
+    """One panel as text: title, a summary per line, a braille plot with its y and x ranges."""
     (x0, x1), (y0, y1) = panel_ranges(panel)
     sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
     top, bottom = num(y1), num(y0)

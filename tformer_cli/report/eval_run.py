@@ -41,8 +41,7 @@ from tformer_cli.report.stored import StoredEval, keep_eval
 
 @dataclass(frozen=True)
 class RunEvaluation:
-    """One evaluation of a run: the report, the result as the run folder keeps it, and the
-    hypotheses, one per pair of the split (empty for a pair too long for the model)."""
+    """An evaluation of a run: the report, its stored result, a hypothesis per pair of the split."""
 
     report: EvalReport
     stored: StoredEval
@@ -106,8 +105,7 @@ def evaluate_run(
 
 
 def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
-    """The run (default: the newest) on the request's device, precision and CPU threads, after
-    ``EvalRequest.check_data``."""
+    """The run on the request's device, precision and CPU threads, after ``check_data``."""
     run_dir = choose_run(run)
     config = RunConfig.load(run_dir)
     request.check_data(run_dir, config)
@@ -192,8 +190,7 @@ def score_split(
     quiet: bool,
     engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, Outputs]:
-    """``evaluate`` on the run's device and precision, with a progress bar; ``skipped``: the pairs
-    too long for the model."""
+    """``evaluate`` on the run's device and precision, with a progress bar."""
     with make_progress("eval", log, disable=quiet) as bar:
         total = len(split.src) * (3 if request.config.search.beam > 1 else 2)
         task = bar.add_task("eval", total=total, info="")

@@ -167,8 +167,7 @@ class Sizes:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per stage, ``total`` their sum; ``load`` (set by ``evaluate_run``): the run, the
-    data, tokenizing."""
+    """Seconds per stage, ``total`` their sum; ``load`` (``evaluate_run``): the run and the data."""
 
     total: float
     greedy: float
@@ -261,8 +260,7 @@ def run_searches(
     stage: Callable[[str], Callable[[int], None] | None] = lambda name: None,
     engine: SourcesEngine | None = None,
 ) -> tuple[SearchTexts, SearchTexts | None]:
-    """Greedy, then ``cfg.search`` when it is another search (beam, sampling or MBR); ``stage``
-    names each as it starts and returns its progress callback."""
+    """Greedy, then ``cfg.search`` if it is another; ``stage`` names each and gives its callback."""
     greedy = greedy_of(cfg)
     first = search_pass(models, tokenizer, data, greedy, cfg, compile, stage("greedy"), engine)
     if cfg.search == greedy:

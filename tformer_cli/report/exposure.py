@@ -65,8 +65,7 @@ def table(
     caption: str = "",
     labels: bool = True,
 ) -> Group:
-    """A report section: a bold title, a table (numbers right-aligned, the first column left if
-    it holds ``labels``), and the caption, not squeezed to the table's width."""
+    """A report section: a bold title, a table of right-aligned numbers, the caption."""
     t = Table()
     for i, name in enumerate(columns):
         t.add_column(name, justify="left" if labels and i == 0 else "right")
@@ -78,8 +77,7 @@ def table(
 # ---------------------------------------------------------------------------- TF passes
 @dataclass(frozen=True)
 class ForcedPass:
-    """One TF pass: per sentence, the prediction ``a_t`` at each position of ``y* </s>``, and
-    the summed NLL of the gold."""
+    """One TF pass: each sentence's prediction at each position of ``y* </s>``, the gold NLL."""
 
     preds: list[list[int]]
     nll: float
@@ -174,8 +172,7 @@ def accumulation(
     clean_preds: Sequence[Sequence[int]],
     self_preds: Sequence[Sequence[int]],
 ) -> Accumulation:
-    """Section 4's error rates after each sentence's first clean-pass error, in all and per
-    position bucket, from aligned ``y* </s>`` and predictions."""
+    """Section 4: error rates after each sentence's first clean-pass error, in all and by bucket."""
     counts = [[0, 0, 0] for _ in BUCKETS]  # per bucket: positions, clean errors, self errors
     with_error = 0
     for g, a, b in zip(gold, clean_preds, self_preds, strict=True):
@@ -202,8 +199,7 @@ def accumulation(
 def sparkline(
     values: Sequence[float | None], lo: float | None = None, hi: float | None = None
 ) -> str:
-    """One block per value, ``▁`` at ``lo`` to ``█`` at ``hi`` (default: the values' range);
-    ``None`` is a space."""
+    """A block per value from ``▁`` at ``lo`` to ``█`` at ``hi`` (default: their range)."""
     known = [v for v in values if v is not None]
     lo = min(known, default=0.0) if lo is None else lo
     hi = max(known, default=0.0) if hi is None else hi
@@ -219,8 +215,7 @@ def sparkline(
 # ---------------------------------------------------------------------------- section 5
 @dataclass(frozen=True)
 class NoiseLevel:
-    """TF accuracy with a share ``q`` of decoder inputs replaced, on the ``kept`` positions (own
-    input not replaced), and the clean pass's on the same ones."""
+    """TF accuracy with a share ``q`` of inputs replaced, and the clean one, on kept positions."""
 
     q: float
     acc: float | None
@@ -232,8 +227,7 @@ class NoiseLevel:
 
 @dataclass(frozen=True)
 class PrefixNoise:
-    """Section 5: accuracy per noise level, and the drop from ``q = 0`` to the last ``q``, as
-    defined (all positions at 0 vs kept ones) and paired on the same positions."""
+    """Section 5: accuracy per noise level and the drop to the last ``q``, as defined and paired."""
 
     seed: int
     levels: list[NoiseLevel]

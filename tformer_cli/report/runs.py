@@ -121,8 +121,7 @@ lock_run = RunLock  # the trainer's name for taking it: ``lock = lock_run(run_di
 
 
 def is_running(run_dir: Path) -> bool:
-    """Whether a live process holds the run lock (a non-blocking shared ``flock`` probe); creates
-    nothing."""
+    """Whether a live process holds the run lock (a non-blocking shared probe); creates nothing."""
     try:
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
     except OSError:
@@ -246,8 +245,7 @@ def count_parameters(cfg: ModelConfig) -> int:
 
 
 def latest_write(run_dir: Path) -> float:
-    """When the run last wrote config.json, log.jsonl, model.pt or last.pt (else the folder's
-    time); 0 where the folder cannot be read."""
+    """When the run last wrote config.json, log.jsonl, model.pt or last.pt; 0 if unreadable."""
     names = ("log.jsonl", "model.pt", "last.pt", "config.json")
     try:
         times = [(run_dir / n).stat().st_mtime for n in names if (run_dir / n).is_file()]
@@ -257,8 +255,7 @@ def latest_write(run_dir: Path) -> float:
 
 
 def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
-    """The newest stored evaluation of the current model.pt on ``EvalRequest()``'s data: the run's
-    own test split, whole."""
+    """The newest stored evaluation of the current model.pt on the run's own test split."""
     asked = EvalRequest()
     data = asked.data_for(train)
     found = [
@@ -278,8 +275,7 @@ def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
 
 
 def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
-    """Everything ``tformer runs`` shows about one folder, never raising for a broken one;
-    ``details`` False: without the model's size and test scores (``pick``)."""
+    """Everything ``tformer runs`` shows about a folder (``details``: size and test scores)."""
     ts = latest_write(run_dir)
     updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
     info: dict[str, Any] = dict(
@@ -370,8 +366,7 @@ def scores_on_test(run_dir: Path, train: TrainConfig, end: dict[str, Any]) -> di
 def stopped_state(
     run_dir: Path, end: dict[str, Any], imported_from: str | None = None
 ) -> dict[str, Any]:
-    """The state of a run no process holds, with its detail (and for an interrupted run that
-    ``--resume`` continues, that command)."""
+    """The state of a run no process holds, its detail, and the command that resumes it."""
     has_model = (run_dir / "model.pt").is_file()
     stopped_by = end.get("stopped_by")  # a rule's, not an interruption's
     rule = isinstance(stopped_by, str) and not stopped_by.startswith(INTERRUPTIONS)
@@ -398,8 +393,7 @@ def stopped_state(
 
 
 def run_folders(runs_dir: Path) -> list[Path]:
-    """The run folders under ``runs_dir`` (hidden ones left out), newest first by their last
-    write, then by name."""
+    """The run folders under ``runs_dir`` (not hidden ones), newest first, then by name."""
     if not runs_dir.is_dir():
         what = "is not a folder" if runs_dir.exists() else "does not exist"
         raise TformerError(f"{runs_dir} {what}: train a model first (tformer train), or give DIR")
@@ -417,8 +411,7 @@ def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
 
 
 def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
-    """``collect_run``, any failure to read the folder a broken row: one folder never stops the
-    listing."""
+    """``collect_run``, a folder that cannot be read a broken row."""
     try:
         return collect_run(run_dir, details=details)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -428,8 +421,7 @@ def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
 
 # ---------------------------------------------------------------------------- the default run
 def usable(run: RunInfo) -> bool:
-    """Whether a command given no run may use ``run``: finished, imported, or interrupted with a
-    ``model.pt``."""
+    """Whether a command given no run may use it: finished, imported, interrupted with model.pt."""
     if run.state == "interrupted":
         return (Path(run.path) / "model.pt").is_file()
     return run.state in ("finished", "imported")
@@ -473,8 +465,7 @@ def when(ts: float) -> str:
 
 
 def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
-    """The runs as one rich table, ``*`` before the default run; a broken row says why (paths
-    relative to the run folder)."""
+    """The runs as one table, ``*`` before the default run, a broken row saying why."""
     title = f"runs under {runs_dir}, newest first" if runs_dir is not None else "runs"
     caption = (
         "model: parameters, encoder+decoder layers, d_model; prec.: the --precision trained with;"

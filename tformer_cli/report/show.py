@@ -1,5 +1,4 @@
-"""`tformer show RUN`: the run's settings as label/value rows, then its training curves
-(``curves.py``) in the terminal, and with ``save`` as a picture."""
+"""`tformer show RUN`: the run's settings, its training curves in the terminal and as a picture."""
 
 from __future__ import annotations
 

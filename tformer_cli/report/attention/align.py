@@ -67,8 +67,7 @@ def alignment_accuracy(
     alignments: Sequence[Sequence[tuple[int, int]]],
     batch_size: int = 32,
 ) -> AlignmentScore:
-    """Score every cross-attention head against gold word alignments (Pharaoh ``i-j``, 0-based
-    source word i, target word j) with teacher forcing on the reference target."""
+    """Score every cross-attention head against gold links, teacher-forced on the reference."""
     L, h = len(model.decoder), model.cfg.h
     correct, cross_correct = torch.zeros(L, h), torch.zeros(L, h)
     words = n_crossing = used = skipped = 0

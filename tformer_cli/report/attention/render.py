@@ -58,10 +58,8 @@ def plain(token: str) -> str:
 
 # ---------------------------------------------------------------------------- terminal
 def _panel_text(panel: Heatmap, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
-    """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight,
-    for the first len(cols) columns. The strongest cell of each row (over all columns) shows its
-    weight in percent instead of a shade.
-    """
+    """One heatmap as text over the first len(cols) columns: labels written downwards, a shade
+    per weight, each row's strongest cell (over all columns) as its weight in percent."""
     w = panel.weights  # (rows, all columns)
     label_w = max(len(crop(r)) for r in rows)
     col_labels = [crop(c) for c in cols]
@@ -104,10 +102,8 @@ def legend(color: bool) -> Text:
 
 
 def view_terminal(view: View, width: int = 100, color: bool = True) -> RenderableType:
-    """The view's panels side by side as far as ``width`` allows, else one after another.
-
-    Columns that do not fit are cropped, with a note saying how many are shown.
-    """
+    """The view's panels side by side as far as ``width`` allows; columns that do not fit are
+    cropped, with a note."""
     rows, cols = [plain(t) for t in view.row_labels], [plain(t) for t in view.col_labels]
     label_w = max(len(crop(r)) for r in rows)
     fit = max(1, (width - label_w - 1) // CELL)
@@ -141,8 +137,7 @@ def head_cells(row: HeadRow, aligned: bool) -> list[str]:
 def summary_table(
     rows: Sequence[HeadRow], kind: str, best: tuple[int, int] | None, width: int = 100
 ) -> Table:
-    """Per layer and head: entropy, alignment accuracy (cross, toy) and the strongest column of
-    each row, cropped to ``width``. The best-aligned head is highlighted."""
+    """Per head: entropy, alignment accuracy, each row's strongest column; the best head bold."""
     table = Table(title=f"{kind} attention per head", title_justify="left")
     names = ["layer", "head", "entropy (bits)"]
     aligned = any(r.alignment is not None for r in rows)

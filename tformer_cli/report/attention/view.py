@@ -80,8 +80,7 @@ def select(
     head: str = "all",
     accuracy: Tensor | None = None,
 ) -> View:
-    """The panels for ``--kind/--layer/--head``, each head's title with its alignment accuracy
-    when ``accuracy`` (L, h) is given."""
+    """The panels for ``--kind/--layer/--head``, with each head's alignment ``accuracy`` if any."""
     w = maps.weights.get(kind)  # (L, h, rows, cols)
     L, h = w.shape[:2] if w is not None else (0, 0)
     li, hi = check_selection(kind, layer, head, L, h)
@@ -139,11 +138,9 @@ ALIGNED = "\naligned: share of gold-aligned target words whose strongest source 
 
 @dataclass(frozen=True)
 class AttentionRequest:
-    """What `tformer inspect-attention` shows of a run: the panels (``kind``; ``layer`` and
-    ``head``, numbers from 1 or ``last``/``all``/``mean``) of the translation that ``beam``
-    finds (1: greedy), with, for cross-attention of a run trained on toy, each head's alignment
-    accuracy on ``align_sentences`` toy test sentences (``align``); where the run is loaded
-    (``device``, ``precision``) and how its decode step runs (``compile``)."""
+    """What `tformer inspect-attention` shows of a run: the panels, the search (``beam``), each
+    cross-attention head's alignment accuracy on ``align_sentences`` toy test sentences
+    (``align``), and where the run is loaded."""
 
     kind: str = "cross"
     layer: str = "last"
@@ -157,8 +154,7 @@ class AttentionRequest:
 
 
 def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
-    """Translate ``text`` (the best hypothesis of ``cfg``'s search) and collect every
-    attention map of that pair: what `tformer inspect-attention` and `tformer serve` show."""
+    """Translate ``text`` with ``cfg``'s search and collect every attention map of that pair."""
     src_ids = encode(run.tokenizer, [text])[0]
     if not src_ids:
         raise TformerError("nothing to translate: the text is empty")
@@ -175,8 +171,7 @@ def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
 
 
 def alignment(run: LoadedRun, request: AttentionRequest) -> tuple[AlignmentScore | None, str]:
-    """Each cross-attention head's alignment accuracy on the toy test split (only for runs
-    trained on toy), or ``None`` with a note saying why not."""
+    """Each cross-attention head's toy alignment accuracy, or ``None`` with a note why not."""
     if not request.align or request.kind != "cross":
         return None, ""
     if run.config.train.data != "toy":
