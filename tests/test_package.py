@@ -143,7 +143,6 @@ SHARED_NAMES = {
     "KINDS": "the kinds of attention maps (report/attention) and of tokenizers (data/tokenizer.py)",
     "SCHEDULES": "owned elsewhere: config/train.py and training/scheduled_sampling.py",
     "bleu": "owned elsewhere: training imports report's corpus BLEU; decode/mbr.py's sentence BLEU",
-    "evaluate": "owned elsewhere: cli/evaluate.py's command vs report/evaluation.py's",
     "inspect_attention": "owned elsewhere: cli/decode.py and api/decoding.py wrap report's",
     "train": "owned elsewhere: api/training.py and cli/train.py",
     "beam_search": "owned elsewhere: decode/reference.py and decode/search.py",

@@ -31,7 +31,7 @@ from tformer_cli.report.evaluation import (
     EvalSource,
     Outputs,
     ensemble_scores,
-    evaluate,
+    evaluate_split,
     report_json,
 )
 from tformer_cli.report.pick import choose_run
@@ -190,12 +190,12 @@ def score_split(
     quiet: bool,
     engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, Outputs]:
-    """``evaluate`` on the run's device and precision, with a progress bar."""
+    """``evaluate_split`` on the run's device and precision, with a progress bar."""
     with make_progress("eval", log, disable=quiet) as bar:
         total = len(split.src) * (3 if request.config.search.beam > 1 else 2)
         task = bar.add_task("eval", total=total, info="")
         with inference(run.device, run.dtype):
-            return evaluate(
+            return evaluate_split(
                 run.model, run.tgt_tokenizer, split, request.config, source, skipped,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
                 compile=run.compile, engine=engine,

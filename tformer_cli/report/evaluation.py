@@ -1,7 +1,7 @@
 """`tformer eval`'s report: sacrebleu BLEU/chrF of greedy and beam outputs, teacher-forced
-cross-entropy, perplexity and accuracy, and the exposure-bias sections (``exposure.py``;
-definitions in docs/exposure_bias.md). ``evaluate`` computes an ``EvalReport`` (``None`` where a
-metric has no defined value), ``to_dict`` makes it ``--json``, ``render_report`` rich tables."""
+cross-entropy, perplexity and accuracy, and the exposure-bias sections (``exposure.py``,
+docs/exposure_bias.md). ``evaluate_split`` computes an ``EvalReport`` (``None``: no defined
+value), ``to_dict`` makes it ``--json``, ``render_report`` rich tables."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ def teacher_forced_passes(
     return gold, clean, injected, levels
 
 
-def evaluate(
+def evaluate_split(
     model: nn.Module,
     tokenizer: Tokenizer,
     data: Split,
