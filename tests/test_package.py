@@ -140,7 +140,6 @@ SHARED_NAMES = {
     "QUANTIZATIONS": "owned elsewhere: cli/tools.py restates interop/ct2.py's list",
     "ACTIVATIONS": "owned elsewhere: config/model.py and model/layers.py",
     "FORMAT": "owned elsewhere: checkpoint.py and decode/fast/aot.py",
-    "KINDS": "the kinds of attention maps (report/attention) and of tokenizers (data/tokenizer.py)",
     "SCHEDULES": "owned elsewhere: config/train.py and training/scheduled_sampling.py",
     "bleu": "owned elsewhere: training imports report's corpus BLEU; decode/mbr.py's sentence BLEU",
     "inspect_attention": "owned elsewhere: cli/decode.py and api/decoding.py wrap report's",

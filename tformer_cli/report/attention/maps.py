@@ -18,8 +18,7 @@ from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
 from tformer_cli.model import Transformer
 
-KINDS = ("cross", "encoder", "decoder")
-KIND_NAMES = {
+KIND_NAMES = {  # the kinds of attention maps, in order, and what each is
     "cross": "cross-attention (target → source)",
     "encoder": "encoder self-attention (source → source)",
     "decoder": "decoder self-attention (target → target prefix, causal)",
@@ -62,7 +61,7 @@ def collect(
         modules = model.attention_modules()
         out = {
             kind: torch.stack([m.weights for m in modules[kind]], dim=1).float().cpu()
-            for kind in KINDS
+            for kind in KIND_NAMES
         }  # L x (B, h, rows, cols) -> (B, L, h, rows, cols)
     finally:
         model.record_attention(False)

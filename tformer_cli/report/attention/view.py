@@ -27,7 +27,6 @@ from tformer_cli.report.attention.align import (
 )
 from tformer_cli.report.attention.maps import (
     KIND_NAMES,
-    KINDS,
     AttentionMaps,
     HeadRow,
     Heatmap,
@@ -57,8 +56,9 @@ def _parse_index(
 
 
 def check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    if kind not in KIND_NAMES:
+        kinds = ", ".join(KIND_NAMES)
+        raise TformerError(f"unknown attention kind {kind!r} (choose from: {kinds})")
 
 
 def check_selection(
