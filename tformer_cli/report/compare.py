@@ -27,9 +27,8 @@ from tformer_cli.report.curves import check_axis, make_chart, run_series, save_c
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.exposure import diff, fmt, pct, points
 from tformer_cli.report.picture import check_picture, escape, html_table
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.request import EvalRequest, StoredEval, load_stored_eval
 from tformer_cli.report.runs import read_log
-from tformer_cli.report.stored import StoredEval, load_stored_eval
 
 ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
 N_BOOTSTRAP = 1000  # sacrebleu's defaults

@@ -1,6 +1,6 @@
 """`tformer eval` on a run folder: load the run and the split an ``EvalRequest`` asks for,
 evaluate it (``evaluation.py``), and write what is asked: the result kept in the run folder
-(``stored.py``), the report as JSON, the hypotheses."""
+(``request.py``), the report as JSON, the hypotheses."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ from tformer_cli.report.evaluation import (
     report_json,
 )
 from tformer_cli.report.pick import choose_run
-from tformer_cli.report.request import DataChoice, EvalRequest
-from tformer_cli.report.stored import StoredEval, keep_eval
+from tformer_cli.report.request import DataChoice, EvalRequest, StoredEval, keep_eval
 
 
 @dataclass(frozen=True)

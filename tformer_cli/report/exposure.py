@@ -147,6 +147,10 @@ class Bucket:
     err_clean: float | None
     err_self: float | None
 
+    @property
+    def label(self) -> str:
+        return f"{self.first}-{self.last}" if self.last is not None else f"{self.first}+"
+
 
 @dataclass(frozen=True)
 class Accumulation:
@@ -333,19 +337,11 @@ def length_decay(
 # ---------------------------------------------------------------------------- rendering
 def render_accumulation(a: Accumulation) -> tuple[Group, Text]:
     """Section 4: the error rates per bucket and in all, the sparkline curve, and the caveat."""
+    buckets = [(b.label, b.positions, b.err_clean, b.err_self) for b in a.buckets]
     rows = [
-        [
-            f"{b.first}-{b.last}" if b.last is not None else f"{b.first}+",
-            str(b.positions),
-            pct(b.err_clean),
-            pct(b.err_self),
-            points(diff(b.err_self, b.err_clean)),
-        ]
-        for b in a.buckets
+        [label, str(n), pct(clean), pct(self_), points(diff(self_, clean))]
+        for label, n, clean, self_ in [*buckets, ("all", a.positions, a.err_clean, a.err_self)]
     ]
-    rows.append(
-        ["all", str(a.positions), pct(a.err_clean), pct(a.err_self), points(a.excess_error)]
-    )
     rates = [v for b in a.buckets for v in (b.err_clean, b.err_self) if v is not None]
     lo, hi = min(rates, default=None), max(rates, default=None)
     excess_pct = "n/a" if a.excess_error_pct is None else f"{a.excess_error_pct:+.1f}%"

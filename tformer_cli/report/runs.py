@@ -39,8 +39,7 @@ from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
 from tformer_cli.model import Transformer
-from tformer_cli.report.request import EvalRequest
-from tformer_cli.report.stored import StoredEval, stored_evals
+from tformer_cli.report.request import EvalRequest, StoredEval, stored_evals
 
 LOCK = ".lock"
 LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
