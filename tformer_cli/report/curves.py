@@ -273,11 +273,7 @@ STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "b
 
 
 def braille(
-    lines: Sequence[Sequence[tuple[float, float]]],
-    width: int,
-    height: int,
-    sx: Scale,
-    sy: Scale,
+    lines: Sequence[Sequence[tuple[float, float]]], width: int, height: int, sx: Scale, sy: Scale
 ) -> list[list[tuple[int, int]]]:
     """Rows of ``(braille bits, index of the line drawn last in the cell)``: each line's points
     joined on a ``2*width`` x ``4*height`` dot grid."""

@@ -202,11 +202,7 @@ def score_split(
 
 
 def with_ensemble(
-    report: EvalReport,
-    run: LoadedRun,
-    split: Split,
-    request: EvalRequest,
-    others: Sequence[Path],
+    report: EvalReport, run: LoadedRun, split: Split, request: EvalRequest, others: Sequence[Path]
 ) -> EvalReport:
     """``report`` with the searches of the ensemble of ``run`` and ``others``."""
     precision = request.precision_for(run.config)

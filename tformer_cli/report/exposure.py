@@ -312,10 +312,7 @@ def quartiles(lengths: Sequence[int]) -> list[list[int]]:
 
 
 def length_decay(
-    ref_lengths: Sequence[int],
-    refs: Sequence[str],
-    greedy: Sequence[str],
-    tf_argmax: Sequence[str],
+    ref_lengths: Sequence[int], refs: Sequence[str], greedy: Sequence[str], tf_argmax: Sequence[str]
 ) -> LengthDecay:
     """Section 6: sentence chrF of greedy and TF-argmax texts by reference-length quartile."""
     chrf = sacrebleu.CHRF()

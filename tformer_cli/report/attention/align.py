@@ -55,9 +55,14 @@ def crossing_words(links: Sequence[tuple[int, int]]) -> set[int]:
     return {j for i, j in links for i2, j2 in links if (i - i2) * (j - j2) < 0}
 
 
-def _inside(links: Sequence[tuple[int, int]], n_src: int, n_tgt: int) -> bool:
-    """Some links, all within the sentence (else: another tokenizer, or a bad alignment file)."""
-    return bool(links) and all(i < n_src and j < n_tgt for i, j in links)
+def _inside(
+    links: Sequence[tuple[int, int]], src_words: list[int] | None, tgt_words: list[int] | None
+) -> bool:
+    """Both sides mapped to words, and some links, all within them (else: another tokenizer, or
+    a bad alignment file)."""
+    if src_words is None or tgt_words is None:
+        return False
+    return bool(links) and all(i <= src_words[-1] and j <= tgt_words[-1] for i, j in links)
 
 
 def alignment_accuracy(
@@ -81,11 +86,7 @@ def alignment_accuracy(
             (src, tgt), links = encs[b], alignments[k]
             src_words = word_index(src.tokens, len(pairs[k][0].split()))
             tgt_words = word_index(tgt.tokens, len(pairs[k][1].split()))
-            if (
-                src_words is None
-                or tgt_words is None
-                or not _inside(links, src_words[-1] + 1, tgt_words[-1] + 1)
-            ):
+            if not _inside(links, src_words, tgt_words):
                 skipped += 1
                 continue
             used += 1
@@ -109,14 +110,8 @@ def alignment_accuracy(
             cross_correct += hit[..., crossing].sum(dim=-1)
             words += len(linked)
             n_crossing += int(crossing.sum())
-    return AlignmentScore(
-        correct / max(words, 1),
-        cross_correct / max(n_crossing, 1),
-        words,
-        n_crossing,
-        used,
-        skipped,
-    )
+    accuracy, on_crossing = correct / max(words, 1), cross_correct / max(n_crossing, 1)
+    return AlignmentScore(accuracy, on_crossing, words, n_crossing, used, skipped)
 
 
 def read_aligned_corpus(
