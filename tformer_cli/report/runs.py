@@ -178,10 +178,7 @@ def stop_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The records after the last training record, merged: ``stopped_by``, ``test_bleu``, the
     checkpoint average's choice (empty while training goes on)."""
     last = max((i for i, r in enumerate(records) if any(k in r for k in TRAINING_KEYS)), default=-1)
-    merged: dict[str, Any] = {}
-    for record in records[last + 1 :]:
-        merged.update(record)
-    return merged
+    return {key: value for record in records[last + 1 :] for key, value in record.items()}
 
 
 # ---------------------------------------------------------------------------- one run
