@@ -107,11 +107,8 @@ def forced_pass(
         y_out = pad([gold[i] for i in idx]).to(device)  # (B, T)
         logits = model(x, y_in).float()  # (B, T, V)
         if score:
-            nll += float(
-                F.cross_entropy(
-                    logits.flatten(0, 1), y_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-                )
-            )
+            flat = logits.flatten(0, 1), y_out.flatten()  # (B*T, V), (B*T)
+            nll += float(F.cross_entropy(*flat, ignore_index=PAD_ID, reduction="sum"))
         n += int((y_out != PAD_ID).sum())
         logits[..., [PAD_ID, BOS_ID]] = float("-inf")
         best = logits.argmax(dim=-1).tolist()  # (B, T)

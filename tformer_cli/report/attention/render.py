@@ -270,9 +270,7 @@ def view_png(view: View, path: Path, source: str = "", translation: str = "") ->
             ax.set_ylabel(axis_names(view.kind)[0], fontsize=8)
     fig.colorbar(image, ax=grid, shrink=0.6, label="attention weight (dot: strongest per row)")
     lines = [view.title, f"columns: {axis_names(view.kind)[1]}"]
-    lines += [
-        f"{name}: {text}" for name, text in (("source", source), ("translation", translation))
-    ]
+    lines += [f"source: {source}", f"translation: {translation}"]
     fig.suptitle("\n".join(lines), fontsize=9)
     picture.save_png(fig, path, 150)
 
