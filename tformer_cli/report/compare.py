@@ -319,14 +319,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     """Everything the tables show, with the settings, for ``--json``."""
     return {
         "runs": [
-            {
-                "name": s.name,
-                "path": s.path,
-                "reused": s.reused,
-                "created": s.stored.created,
-                "key": s.stored.key,
-                "request": s.stored.request,
-            }
+            {"name": s.name, "path": s.path, "reused": s.reused}
+            | {field: getattr(s.stored, field) for field in ("created", "key", "request")}
             for s in c.runs
         ],
         "pairs": c.pairs,

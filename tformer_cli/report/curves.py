@@ -366,16 +366,15 @@ def chart_terminal(chart: Chart, width: int = 100, height: int = 4) -> Renderabl
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 PANEL_W, PANEL_H = 460, 250
-MARGIN = {"left": 70, "right": 16, "top": 34, "bottom": 44}
+LEFT, TOP = 70, 34  # a panel's plot area, which ends 16 from its right and 44 from its bottom
+PLOT_W, PLOT_H = PANEL_W - LEFT - 16, PANEL_H - TOP - 44
 
 
 def _panel_svg(panel: Panel, x_label: str, colours: dict[str, str]) -> list[str]:
     """One panel's SVG elements at the origin: frame, grid and ticks, one polyline per run."""
     (x0, x1), (y0, y1) = panel_ranges(panel, margin=0.04)
     sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
-    left, top = MARGIN["left"], MARGIN["top"]
-    pw = PANEL_W - MARGIN["left"] - MARGIN["right"]
-    ph = PANEL_H - MARGIN["top"] - MARGIN["bottom"]
+    left, top, pw, ph = LEFT, TOP, PLOT_W, PLOT_H
 
     def px(x: float) -> float:
         return left + sx(x) * pw
