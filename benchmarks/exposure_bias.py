@@ -27,7 +27,7 @@ from tformer_cli.data.corpus import load_corpus
 from tformer_cli.data.split import Split
 from tformer_cli.data.tokenizer import encode
 from tformer_cli.device import inference
-from tformer_cli.report.evaluation import EvalConfig, EvalReport, evaluate
+from tformer_cli.report.evaluation import EvalConfig, EvalReport, evaluate_split
 from tformer_cli.training.trainer import Trainer
 
 ROWS: list[tuple[str, Callable[[EvalReport], float | None]]] = [
@@ -71,7 +71,7 @@ def report(run_dir: Path, longest: bool) -> EvalReport:
         [refs[i] for i in keep],
     )
     with inference(run.device, run.dtype):
-        return evaluate(run.model, run.tokenizer, data, EvalConfig())[0]
+        return evaluate_split(run.model, run.tokenizer, data, EvalConfig())[0]
 
 
 def fmt(x: float | None) -> str:

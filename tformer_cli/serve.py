@@ -42,7 +42,7 @@ from tformer_cli.decode.translate import Batching, SourcesEngine, translate_text
 from tformer_cli.device import precision_name
 from tformer_cli.engines import load_engine
 from tformer_cli.errors import SettingError, TformerError
-from tformer_cli.report.attention.maps import KINDS
+from tformer_cli.report.attention.maps import KIND_NAMES
 from tformer_cli.report.attention.render import to_json
 from tformer_cli.report.attention.view import attend, summary_rows
 from tformer_cli.report.eval_run import use_threads
@@ -317,7 +317,7 @@ def model_info(run: LoadedRun, limits: Limits, max_tokens: int) -> dict[str, Any
         "parameters": sum(p.numel() for p in m.parameters()),
         "layers": {"encoder": len(m.encoder), "decoder": len(m.decoder)},
         "heads": m.cfg.h,
-        "kinds": list(KINDS),
+        "kinds": list(KIND_NAMES),
         "limits": dataclasses.asdict(limits),
         "max_tokens": max_tokens,
         "config": dataclasses.asdict(run.config),

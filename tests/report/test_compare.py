@@ -20,8 +20,7 @@ from tformer_cli.config import DecodeConfig, TrainConfig
 from tformer_cli.errors import TformerError
 from tformer_cli.report.compare import compare_runs, paired_tests, render_comparison
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.request import EvalRequest, keyed
-from tformer_cli.report.stored import EVALS
+from tformer_cli.report.request import EVALS, EvalRequest, keyed
 
 CFG = EvalConfig(DecodeConfig(beam=2))
 N_AR = 500  # sacrebleu's default is 10,000; fewer trials keep the test fast

@@ -1,5 +1,5 @@
-"""Tests for tformer_cli.report.eval_run and tformer_cli.report.stored: the `tformer eval`
-command on a run folder, and its kept results."""
+"""Tests for tformer_cli.report.eval_run and the kept results of tformer_cli.report.request:
+the `tformer eval` command on a run folder, and its kept results."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ from tformer_cli.report import eval_run
 from tformer_cli.report.eval_run import evaluate_run
 from tformer_cli.report.evaluation import EvalConfig, EvalReport, report_json
 from tformer_cli.report.exposure import fmt, pct
-from tformer_cli.report.request import EvalRequest
-from tformer_cli.report.stored import (
+from tformer_cli.report.request import (
     EVALS,
     EvalKey,
+    EvalRequest,
     load_stored_eval,
     read_stored_eval,
     stored_evals,

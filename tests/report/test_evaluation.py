@@ -31,7 +31,7 @@ from tformer_cli.data.tokenizer import EOS_ID, UNK_ID, decode, train_tokenizer
 from tformer_cli.report.evaluation import (
     EvalConfig,
     EvalReport,
-    evaluate,
+    evaluate_split,
     render_report,
     report_json,
     teacher_forced,
@@ -60,7 +60,7 @@ def stub_report(tok):
     """The report of the bigram stub on GOLD (beam 2), and its hypotheses."""
     model = bigram_stub(tok.get_vocab_size())
     data = Split(SOURCES, GOLD, text(tok, GOLD))
-    return evaluate(model, tok, data, EvalConfig(DecodeConfig(beam=2), seed=5))
+    return evaluate_split(model, tok, data, EvalConfig(DecodeConfig(beam=2), seed=5))
 
 
 def test_tf_metrics_equal_the_hand_computed_values(stub_report, tok):
@@ -85,7 +85,8 @@ def test_exposure_sections_equal_the_hand_computed_values(stub_report):
 
 
 def test_bleu_sections_are_sacrebleu_on_the_expected_texts(stub_report, tok):
-    report, hyps = stub_report
+    report, outputs = stub_report
+    hyps = outputs.hypotheses
     refs = text(tok, GOLD)
     greedy = text(tok, [[4, 5, 6]] * 4)  # <s> -> 4 -> 5 -> 6 -> </s> whatever the source
     tf = text(tok, tf_argmax_tokens(CLEAN))
@@ -106,8 +107,9 @@ def test_bleu_sections_are_sacrebleu_on_the_expected_texts(stub_report, tok):
 def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
     src = [[4, 5, 6, 7, 8], [9, 10, 11, 12], [13, 4, 6, 8, 10, 12]]
     tgt = [s[::-1] for s in src]
-    report, hyps = evaluate(oracle_stub(tok.get_vocab_size()), tok, Split(src, tgt, text(tok, tgt)))
-    assert hyps == text(tok, tgt)
+    oracle = oracle_stub(tok.get_vocab_size())
+    report, out = evaluate_split(oracle, tok, Split(src, tgt, text(tok, tgt)))
+    assert out.hypotheses == text(tok, tgt)
     assert report.exposure_gap.bleu_gap == 0.0
     assert report.greedy.exact_match == 1.0 and report.tf.acc == 1.0
     a = report.accumulation
@@ -118,11 +120,11 @@ def test_a_model_perfect_under_tf_has_no_bleu_gap_and_section_4_prints_na(tok):
 
 def test_beam_1_reports_greedy_only(tok):
     data = Split(SOURCES, GOLD, text(tok, GOLD))
-    report, hyps = evaluate(
+    report, out = evaluate_split(
         bigram_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(beam=1))
     )
     assert report.beam is None and report.timing.beam is None
-    assert hyps == text(tok, [[4, 5, 6]] * 4)
+    assert out.hypotheses == out.greedy == text(tok, [[4, 5, 6]] * 4)
     lines = rendered(report).splitlines()
     assert lines[0].endswith("| greedy only")
     header = next(line for line in lines if "greedy" in line and "┃" in line)
@@ -169,7 +171,9 @@ def test_generated_unk_tokens_are_counted_and_said_to_be_dropped(tok):
     """sacrebleu scores the text ``tformer translate`` prints, where ``<unk>`` is dropped;
     the report counts the ``<unk>`` tokens so a shorter output has a visible cause."""
     data = Split(SOURCES, GOLD, text(tok, GOLD))
-    report, hyps = evaluate(unk_stub(tok.get_vocab_size()), tok, data, EvalConfig(DecodeConfig(2)))
+    config = EvalConfig(DecodeConfig(2))
+    report, out = evaluate_split(unk_stub(tok.get_vocab_size()), tok, data, config)
+    hyps = out.hypotheses
     assert hyps == text(tok, [[4]] * 4) and "<unk>" not in " ".join(hyps)
     for search in (report.greedy, report.beam):
         assert search is not None and (search.unk, search.unk_rate) == (4, 0.5)
@@ -188,6 +192,4 @@ def test_a_search_without_unk_reports_zero(stub_report):
 def test_teacher_forced_keeps_its_api(tiny_model):
     model = tiny_model()
     tf = teacher_forced(model, [[5, 6], [7]], [[8, 9, 10], [11]])
-    assert (
-        tf.tokens == 6 and 0.0 <= tf.accuracy <= 1.0 and tf.ppl == pytest.approx(math.exp(tf.xent))
-    )
+    assert tf.tokens == 6 and 0.0 <= tf.acc <= 1.0 and tf.ppl == pytest.approx(math.exp(tf.xent))

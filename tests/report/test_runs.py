@@ -23,7 +23,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
 from tformer_cli.report import runs
 from tformer_cli.report.evaluation import EvalConfig
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.request import EvalRequest, StoredEval, keep_eval
 from tformer_cli.report.runs import (
     RunLock,
     collect_run,
@@ -33,7 +33,6 @@ from tformer_cli.report.runs import (
     read_log,
     show_runs,
 )
-from tformer_cli.report.stored import StoredEval, keep_eval
 
 
 def training_log(last_step: int = 100, valid_every: int = 50) -> list[dict]:

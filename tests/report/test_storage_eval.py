@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.training.test_storage import file_size_limit
 from tformer_cli.cli import app, err
 from tformer_cli.report import eval_run
-from tformer_cli.report.stored import read_stored_eval
+from tformer_cli.report.request import read_stored_eval
 
 
 def test_eval_o_to_a_full_disk_is_one_line_and_a_rerun_writes_the_report(

@@ -1,2 +1,1 @@
-"""Measuring a trained model: BLEU/chrF and teacher-forced metrics, the exposure-bias report,
-and the attention maps."""
+"""Measuring a trained model: BLEU/chrF, exposure bias, attention maps, runs and curves."""

@@ -1,14 +1,9 @@
 """`tformer compare RUN_A RUN_B [...]`: runs side by side on the same test data.
 
-Collect: each run's ``tformer eval`` result on the data asked for (``EvalRequest``), reused
-from ``RUN/evals/`` when it is current (same model.pt bytes, data, split, limit and settings:
-``EvalKey``), otherwise evaluated now (and kept when asked). Measure: every number of the
-report side by side with its difference to RUN_A, and for BLEU and chrF of each search, whether
-the difference is significant by sacrebleu's own paired tests
-(``sacrebleu.significance.PairedTest``): paired bootstrap resampling (Koehn 2004) and paired
-approximate randomization (Riezler & Maxwell 2005), with their p-values. Render: rich tables,
-``--json``, and with ``save`` the runs' training curves overlaid (``curves.py``).
-"""
+Each run's ``tformer eval`` result is reused from ``RUN/evals/`` when current (``EvalKey``),
+else evaluated now. Every number of the report is shown beside its difference to RUN_A, and
+BLEU and chrF differences are tested by sacrebleu's paired bootstrap resampling (Koehn 2004)
+and approximate randomization (Riezler & Maxwell 2005). ``save``: the runs' curves overlaid."""
 
 from __future__ import annotations
 
@@ -30,15 +25,16 @@ from tformer_cli.checkpoint import RUNS_DIR, RunConfig, check_checkpoint, resolv
 from tformer_cli.errors import TformerError
 from tformer_cli.report.curves import check_axis, make_chart, run_series, save_chart
 from tformer_cli.report.eval_run import evaluate_run
-from tformer_cli.report.exposure import fmt, pct, points
+from tformer_cli.report.exposure import diff, fmt, pct, points
 from tformer_cli.report.picture import check_picture, escape, html_table
-from tformer_cli.report.request import EvalRequest
+from tformer_cli.report.request import EvalRequest, StoredEval, load_stored_eval
 from tformer_cli.report.runs import read_log
-from tformer_cli.report.stored import StoredEval, load_stored_eval
 
 ALPHA = 0.05  # significance level of the verdicts (the p-values are printed too)
 N_BOOTSTRAP = 1000  # sacrebleu's defaults
 N_AR = 10000
+VERDICTS = {(True, True): ("both", "green"), (True, False): ("bs only", "yellow"),
+            (False, True): ("ar only", "yellow"), (False, False): ("no", "dim")}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- collect
@@ -56,8 +52,7 @@ class Scored:
 def score_run(
     run_dir: Path, request: EvalRequest, *, keep: bool, err: Console, quiet: bool
 ) -> tuple[bool, StoredEval]:
-    """The run's current stored result for ``request``, else a new evaluation (kept with
-    ``keep``)."""
+    """The run's current stored result for ``request``, else a new evaluation."""
     config = RunConfig.load(run_dir)
     stored = load_stored_eval(run_dir, request.key(run_dir, config, *request.placement(config)))
     if stored is not None:
@@ -75,8 +70,7 @@ def score_runs(
     quiet: bool,
     runs_dir: Path = RUNS_DIR,
 ) -> list[Scored]:
-    """Every run scored on ``request``: each checked readable before any is evaluated
-    (minutes each)."""
+    """Every run scored on ``request``, each checked readable before any is evaluated."""
     paths = [resolve_run(r, runs_dir) for r in runs]
     if len({p.resolve() for p in paths}) < len(paths):
         raise TformerError("a run is named twice: compare different runs")
@@ -99,8 +93,8 @@ def run_names(paths: Sequence[Path]) -> list[str]:
 # ---------------------------------------------------------------------------- measure
 @dataclass(frozen=True)
 class Row:
-    """One number of the report: where it is in the report's JSON and how it prints. ``share``:
-    a fraction printed in % whose differences are percentage points."""
+    """One number of the report: its path in the report's JSON and how it prints (``share``: a
+    fraction in %, its differences in percentage points)."""
 
     label: str
     path: tuple[str, ...]
@@ -166,8 +160,7 @@ class PairedResult:
 
     @property
     def significant_bootstrap(self) -> bool:
-        """``p < ALPHA`` for a non-zero difference: sacrebleu gives outputs scoring the same
-        its smallest p-value, 1 / (n + 1), as no resample differs by more than 0."""
+        """``p < ALPHA`` for a non-zero difference (equal outputs get sacrebleu's smallest p)."""
         return self.p_bootstrap < ALPHA and self.diff != 0
 
     @property
@@ -182,8 +175,7 @@ def paired_tests(
     n_bootstrap: int = N_BOOTSTRAP,
     n_ar: int = N_AR,
 ) -> tuple[list[PairedResult], dict[str, str]]:
-    """BLEU and chrF of every system against the first, by ``PairedTest`` (``bs`` and ``ar``;
-    seed ``$SACREBLEU_SEED``, default 12345, as sacrebleu's command line), and the signatures."""
+    """BLEU and chrF of each system against the first (sacrebleu's ``PairedTest``), signatures."""
     named = [(name, list(hyps)) for name, hyps in systems]
     results: dict[str, dict[str, list[Any]]] = {}
     signatures: dict[str, str] = {}
@@ -197,23 +189,12 @@ def paired_tests(
     out = []
     for metric in ("BLEU", "chrF"):
         bs, ar = results["bs"][metric], results["ar"][metric]
-        base = bs[0].score
         for i in range(1, len(named)):
-            out.append(
-                PairedResult(
-                    metric,
-                    search,
-                    named[0][0],
-                    named[i][0],
-                    base,
-                    bs[i].score,
-                    bs[i].score - base,
-                    float(bs[i].p_value),
-                    float(ar[i].p_value),
-                    None if bs[i].mean is None else float(bs[i].mean),
-                    None if bs[i].ci is None else float(bs[i].ci),
-                )
-            )
+            mean, ci = (None if x is None else float(x) for x in (bs[i].mean, bs[i].ci))
+            out.append(PairedResult(
+                metric, search, named[0][0], named[i][0], bs[0].score, bs[i].score,
+                bs[i].score - bs[0].score, float(bs[i].p_value), float(ar[i].p_value), mean, ci,
+            ))  # fmt: skip
     return out, signatures
 
 
@@ -257,9 +238,7 @@ def measure(scored: Sequence[Scored], n_bootstrap: int, n_ar: int) -> Comparison
     rows = []
     for row in report_rows(beam):
         values = [lookup(s.stored.report, row.path) for s in scored]
-        diffs = [None] + [
-            None if v is None or values[0] is None else v - values[0] for v in values[1:]
-        ]
+        diffs = [None] + [diff(v, values[0]) for v in values[1:]]
         if any(v is not None for v in values):
             rows.append(MetricRow(row.label, values, diffs, row.spec, row.share))
     refs, tests, signatures = first.stored.refs, [], {}
@@ -290,18 +269,13 @@ def render_comparison(c: Comparison) -> Group:
         ("tformer compare  ", "bold"),
         f"{len(names)} runs on the same {c.pairs} pairs | baseline {names[0]}",
     )
-    source = Text(
-        "\n".join(
-            f"{s.name}: "
-            + (
-                f"stored result of {s.stored.created} (model.pt unchanged since)"
-                if s.reused
-                else f"evaluated now{' (result kept)' if s.kept else ''}"
-            )
-            for s in c.runs
-        ),
-        style="dim",
-    )
+    origins = [
+        f"stored result of {s.stored.created} (model.pt unchanged since)"
+        if s.reused
+        else f"evaluated now{' (result kept)' if s.kept else ''}"
+        for s in c.runs
+    ]
+    source = Text("\n".join(f"{s.name}: {o}" for s, o in zip(c.runs, origins, strict=True)), "dim")
     numbers = Table(title="Side by side", title_justify="left")
     numbers.add_column("metric")
     for i, name in enumerate(names):
@@ -322,13 +296,7 @@ def render_comparison(c: Comparison) -> Group:
         left = name in ("metric", "run")
         tests.add_column(name, justify="left" if left else "right", overflow="fold")
     for t in c.tests:
-        verdict = {
-            (True, True): Text("both", style="green"),
-            (False, False): Text("no", style="dim"),
-        }.get(
-            (t.significant_bootstrap, t.significant_ar),
-            Text("bs only" if t.significant_bootstrap else "ar only", style="yellow"),
-        )
+        verdict = Text(*VERDICTS[t.significant_bootstrap, t.significant_ar])
         tests.add_row(
             f"{t.metric} {t.search}", t.system, f"{t.baseline_score:.2f}", f"{t.score:.2f}",
             f"{t.diff:+.2f}", f"{t.p_bootstrap:.4f}", f"{t.p_ar:.4f}", verdict,
@@ -351,14 +319,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     """Everything the tables show, with the settings, for ``--json``."""
     return {
         "runs": [
-            {
-                "name": s.name,
-                "path": s.path,
-                "reused": s.reused,
-                "created": s.stored.created,
-                "key": s.stored.key,
-                "request": s.stored.request,
-            }
+            {"name": s.name, "path": s.path, "reused": s.reused}
+            | {field: getattr(s.stored, field) for field in ("created", "key", "request")}
             for s in c.runs
         ],
         "pairs": c.pairs,
@@ -416,11 +378,9 @@ def compare_runs(
     quiet: bool = False,
     runs_dir: Path = RUNS_DIR,
 ) -> Comparison:
-    """``tformer compare``: score every run on ``request`` (default ``EvalRequest()``: the
-    runs' own test split, beam 5, as `tformer eval`'s, so that its stored results are reused;
-    a run evaluated now has its result kept with ``keep``), print the comparison (tables, or
-    JSON with ``as_json``), and with ``save`` write the runs' curves overlaid over ``x`` (.svg,
-    .html with the tables, .png)."""
+    """Score every run on ``request`` (default: their own test split, beam 5, as `tformer eval`,
+    so that stored results are reused; ``keep`` keeps new ones), print the tables (or JSON), and
+    write the runs' curves over ``x`` to ``save``."""
     if len(runs) < 2:
         raise TformerError("compare needs at least two runs")
     check_axis(x)

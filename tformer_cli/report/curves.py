@@ -1,17 +1,7 @@
-"""Training curves from ``log.jsonl``, and `tformer show RUN`.
-
-Data flow, one way: ``run_series`` reads the log's records into series (measure), ``make_chart``
-lays one or more runs' series out as panels on an x axis of updates or training time, and the
-renderers draw a chart: ``chart_terminal`` (one compact braille chart per panel),
-``chart_svg`` and ``chart_html`` (self-contained, no dependency), ``chart_png`` (matplotlib, the
-optional ``plot`` extra), from the shared elements of ``picture.py``. ``compare.py`` overlays
-several runs with the same functions.
-
-Time axis: training records carry ``elapsed`` (seconds of training and validation so far);
-validation records do not, so their time is interpolated on the update count between the
-training records around them (exact when one shares their step), extrapolated at the last
-interval's rate after the last training record; a log without any time leaves them out.
-"""
+"""Training curves from ``log.jsonl``, for `tformer show` and `tformer compare --save`:
+``run_series`` reads the records, ``make_chart`` lays runs out as panels over updates or training
+time, and ``chart_terminal``, ``chart_svg``, ``chart_html`` and ``chart_png`` draw the chart.
+Validation records have no ``elapsed``: their time is interpolated on the update count."""
 
 from __future__ import annotations
 
@@ -75,13 +65,19 @@ def number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def step_of(record: dict[str, Any]) -> int | None:
+    """The record's update count, if it has one."""
+    step = record.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def step_clock(records: Sequence[dict[str, Any]]) -> Callable[[int], float | None]:
-    """Training time at any update count, from the training records' ``elapsed`` (and 0 s at
-    update 0): linear between known points, at the last interval's rate after the last."""
+    """Training time at any update count from the records' ``elapsed`` (0 s at update 0), linear
+    between known points and past the last."""
     known: dict[int, float] = {0: 0.0}
     for r in records:
-        seconds, step = number(r.get("elapsed")), r.get("step")
-        if seconds is not None and isinstance(step, int) and not isinstance(step, bool):
+        seconds, step = number(r.get("elapsed")), step_of(r)
+        if seconds is not None and step is not None:
             known[step] = seconds
     steps = sorted(known)
     times = [known[s] for s in steps]
@@ -107,8 +103,8 @@ def run_series(records: Sequence[dict[str, Any]]) -> list[Series]:
     for spec in SERIES:
         points = []
         for r in records:
-            value, step = number(r.get(spec.key)), r.get("step")
-            if value is None or not isinstance(step, int) or isinstance(step, bool):
+            value, step = number(r.get(spec.key)), step_of(r)
+            if value is None or step is None:
                 continue
             seconds = number(r.get("elapsed"))
             points.append(Point(step, seconds if seconds is not None else clock(step), value))
@@ -140,6 +136,16 @@ class Chart:
     def labels(self) -> list[str]:
         """Each run's name once, in order of first appearance."""
         return list(dict.fromkeys(line.label for p in self.panels for line in p.lines))
+
+    @property
+    def colours(self) -> dict[str, str]:
+        """Each run's colour in the pictures."""
+        return {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(self.labels)}
+
+    @property
+    def per_row(self) -> int:
+        """Panels per row in the pictures."""
+        return 1 if len(self.panels) < 2 else 2
 
 
 def make_chart(
@@ -214,8 +220,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], float]:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """1, 2, 5 x 10^k within ``[lo, hi]``; only powers of ten when those are too many; the
-    ends themselves when none falls inside."""
+    """1, 2, 5 x 10^k within ``[lo, hi]`` (powers of ten when too many; the ends when none)."""
     k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     ticks = [m * 10**k for k in range(k0, k1 + 1) for m in (1, 2, 5) if lo <= m * 10**k <= hi]
     if len(ticks) > 7:
@@ -250,8 +255,7 @@ class Scale:
 def panel_ranges(
     panel: Panel, margin: float = 0.0
 ) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The x and y ranges of a panel's points, widened by ``margin`` of their span each side
-    (on a log axis, of their ratio)."""
+    """The x and y ranges of a panel's points, widened by ``margin`` of their span each side."""
     xs = [x for line in panel.lines for x, _ in line.points]
     ys = [y for line in panel.lines for _, y in line.points]
     (x0, x1), (y0, y1) = value_range(xs), value_range(ys, panel.spec.log_y)
@@ -269,14 +273,10 @@ STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "b
 
 
 def braille(
-    lines: Sequence[Sequence[tuple[float, float]]],
-    width: int,
-    height: int,
-    sx: Scale,
-    sy: Scale,
+    lines: Sequence[Sequence[tuple[float, float]]], width: int, height: int, sx: Scale, sy: Scale
 ) -> list[list[tuple[int, int]]]:
-    """Rows of ``(braille bits, index of the line drawn last in the cell, -1 if none)``:
-    each line's points joined by straight dot lines on a ``2*width`` x ``4*height`` grid."""
+    """Rows of ``(braille bits, index of the line drawn last in the cell)``: each line's points
+    joined on a ``2*width`` x ``4*height`` dot grid."""
     grid = [[(0, -1) for _ in range(width)] for _ in range(height)]
     w, h = 2 * width - 1, 4 * height - 1
 
@@ -308,8 +308,7 @@ def summary(points: Sequence[tuple[float, float]], x_unit: str) -> str:
 
 
 def render_panel(panel: Panel, x_label: str, width: int = 80, height: int = 4) -> Text:
-    """One panel as text: title, one summary per line, a braille plot with its y range on the
-    left (``┤`` at the top and bottom rows) and its x range below."""
+    """One panel as text: title, a summary per line, a braille plot with its y and x ranges."""
     (x0, x1), (y0, y1) = panel_ranges(panel)
     sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
     top, bottom = num(y1), num(y0)
@@ -363,20 +362,19 @@ def chart_terminal(chart: Chart, width: int = 100, height: int = 4) -> Renderabl
     return Group(*parts)
 
 
-# ---------------------------------------------------------------------------- SVG / HTML
+# ---------------------------------------------------------------------------- SVG / HTML / PNG
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 PANEL_W, PANEL_H = 460, 250
-MARGIN = {"left": 70, "right": 16, "top": 34, "bottom": 44}
+LEFT, TOP = 70, 34  # a panel's plot area, which ends 16 from its right and 44 from its bottom
+PLOT_W, PLOT_H = PANEL_W - LEFT - 16, PANEL_H - TOP - 44
 
 
-def _panel_svg(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[str]:
+def _panel_svg(panel: Panel, x_label: str, colours: dict[str, str]) -> list[str]:
     """One panel's SVG elements at the origin: frame, grid and ticks, one polyline per run."""
     (x0, x1), (y0, y1) = panel_ranges(panel, margin=0.04)
     sx, sy = Scale(x0, x1), Scale(y0, y1, panel.spec.log_y)
-    left, top = MARGIN["left"], MARGIN["top"]
-    pw = PANEL_W - MARGIN["left"] - MARGIN["right"]
-    ph = PANEL_H - MARGIN["top"] - MARGIN["bottom"]
+    left, top, pw, ph = LEFT, TOP, PLOT_W, PLOT_H
 
     def px(x: float) -> float:
         return left + sx(x) * pw
@@ -407,7 +405,7 @@ def _panel_svg(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[st
         out.append(text(x, top + ph + 16, tick_label(t, xstep), 11, text_anchor="middle"))
     out.append(text(left + pw / 2, PANEL_H - 6, x_label, 11, text_anchor="middle", fill="#555"))
     for line in panel.lines:
-        colour = colour_of[line.label]
+        colour = colours[line.label]
         points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points)
         tip = title(f"{line.label}: {panel.spec.title}")
         out.append(
@@ -424,9 +422,7 @@ def _panel_svg(panel: Panel, x_label: str, colour_of: dict[str, str]) -> list[st
 
 def chart_svg(chart: Chart) -> str:
     """A standalone SVG: title, legend (several runs), notes, the panels two per row."""
-    labels = chart.labels
-    colour_of = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
-    per_row = 1 if len(chart.panels) < 2 else 2
+    labels, colours, per_row = chart.labels, chart.colours, chart.per_row
     header = [chart.title] if chart.title else []
     header += list(chart.notes)
     legend_h = 20 if len(labels) > 1 else 0
@@ -436,16 +432,15 @@ def chart_svg(chart: Chart) -> str:
     if legend_h:
         x, y = 10.0, 10 + 18 * len(header) + 14
         for label in labels:
-            key = element("rect", x=round(x), y=y - 9, width=14, height=4, fill=colour_of[label])
+            key = element("rect", x=round(x), y=y - 9, width=14, height=4, fill=colours[label])
             body.append(key + text(round(x + 18), y, label, 11))
-            x += 18 + len(label) * 6.6 + 16
+            x += 18 + len(label) * picture.CHAR_W + 16
     if not chart.panels:
         body.append(text(10, top + 20, "no curves in the log yet", 12))
     for k, panel in enumerate(chart.panels):
         x, y = (k % per_row) * PANEL_W, top + (k // per_row) * PANEL_H
-        inner = "".join(_panel_svg(panel, chart.x_label, colour_of))
-        move = f"translate({x} {y})"
-        body.append(element("g", inner, class_="panel", data_series=panel.spec.key, transform=move))
+        inner = _panel_svg(panel, chart.x_label, colours)
+        body.append(picture.group(inner, x, y, class_="panel", data_series=panel.spec.key))
     return picture.svg_document(per_row * PANEL_W, top + rows * PANEL_H, body)
 
 
@@ -459,32 +454,27 @@ def chart_html(chart: Chart, intro: str = "") -> str:
     return picture.html_page(chart.title or "training curves", body, style)
 
 
-# ---------------------------------------------------------------------------- PNG
 def chart_png(chart: Chart, path: Path) -> None:
     """Draw the chart with matplotlib (the ``plot`` extra) into ``path``, panels two per row."""
-    per_row = 1 if len(chart.panels) < 2 else 2
-    fig, _, axes = picture.png_panels(len(chart.panels), per_row, (6.2, 3.2))
-    labels = chart.labels
-    colour_of = {label: PALETTE[k % len(PALETTE)] for k, label in enumerate(labels)}
+    fig, _, axes = picture.png_panels(len(chart.panels), chart.per_row, (6.2, 3.2))
     for panel, ax in zip(chart.panels, axes, strict=True):
         for line in panel.lines:
             xs, ys = zip(*line.points, strict=True)
             marker = "o" if panel.spec.markers or len(xs) == 1 else None
-            ax.plot(xs, ys, color=colour_of[line.label], marker=marker, markersize=3,
+            ax.plot(xs, ys, color=chart.colours[line.label], marker=marker, markersize=3,
                     linewidth=1.4, label=line.label)  # fmt: skip
         if panel.spec.log_y:
             ax.set_yscale("log")
         ax.set_title(panel.spec.title, fontsize=10)
         ax.set_xlabel(chart.x_label, fontsize=9)
         ax.grid(alpha=0.3)
-        if len(labels) > 1:
+        if len(chart.labels) > 1:
             ax.legend(fontsize=8)
     if chart.title:
         fig.suptitle(chart.title, fontsize=11)
     picture.save_png(fig, path, 130)
 
 
-# ---------------------------------------------------------------------------- saving
 def check_axis(x: str) -> None:
     """Fail before any work on an x axis (``--x``) this module does not draw."""
     if x not in X_AXES:

@@ -1,6 +1,6 @@
 """`tformer eval` on a run folder: load the run and the split an ``EvalRequest`` asks for,
-evaluate (``evaluation.py``), and write what is asked: the result kept in the run folder
-(``stored.py``), the report as JSON, the hypotheses."""
+evaluate it (``evaluation.py``), and write what is asked: the result kept in the run folder
+(``request.py``), the report as JSON, the hypotheses."""
 
 from __future__ import annotations
 
@@ -31,19 +31,16 @@ from tformer_cli.report.evaluation import (
     EvalSource,
     Outputs,
     ensemble_scores,
-    evaluate,
+    evaluate_split,
     report_json,
 )
 from tformer_cli.report.pick import choose_run
-from tformer_cli.report.request import DataChoice, EvalRequest
-from tformer_cli.report.stored import EvalKey, StoredEval, keep_eval
+from tformer_cli.report.request import DataChoice, EvalRequest, StoredEval, keep_eval
 
 
 @dataclass(frozen=True)
 class RunEvaluation:
-    """One evaluation of a run: the report, the result as the run folder keeps it (its key,
-    both searches' outputs, the references), and the report's hypotheses, one per pair of the
-    split in order (empty for a pair too long for the model)."""
+    """An evaluation of a run: the report, its stored result, a hypothesis per pair of the split."""
 
     report: EvalReport
     stored: StoredEval
@@ -61,13 +58,10 @@ def evaluate_run(
     console: Console | None = None,
     quiet: bool = False,
 ) -> RunEvaluation:
-    """``tformer eval``: load ``run`` (default: the newest) and the split of ``request``
-    (default: ``EvalRequest()``, the run's own test split), evaluate it, and, with other runs
-    ``ensemble_with`` (sharing this one's tokenizer), score their ensemble too
-    (``EvalReport.ensemble``). Nothing is written unless asked: ``keep``, the result in
-    ``RUN/evals/<key>.json`` (for `tformer runs` and `tformer compare`; never an ensemble's; a
-    run folder that cannot be written gets a note, not an error); ``json_path``, the report;
-    ``hyp_path``, the hypotheses."""
+    """Evaluate ``run`` (default: the newest) on ``request`` (default: the run's own test split),
+    with ``ensemble_with`` (runs sharing its tokenizer) as an ensemble too. Nothing is written
+    unless asked: ``keep``, the result in ``RUN/evals/<key>.json`` (never an ensemble's; a folder
+    that cannot be written gets a note); ``json_path``, the report; ``hyp_path``, the hypotheses."""
     request = request or EvalRequest()
     request.check()
     start, log = time.perf_counter(), console or Console(stderr=True)
@@ -88,21 +82,29 @@ def evaluate_run(
     if ensemble_with:
         report = with_ensemble(report, loaded, scored, request, ensemble_with)
     # write what was asked for
-    hyps = per_pair(len(split.src), kept, outputs.beam or outputs.greedy)
-    evaluation = RunEvaluation(report, stored_result(key, report, outputs, scored.refs), hyps)
+    hyps = [""] * len(split.src)  # a line per pair of the split, empty for a skipped one
+    for i, hyp in zip(kept, outputs.hypotheses, strict=True):
+        hyps[i] = hyp
+    created = datetime.now().astimezone().isoformat(timespec="seconds")
+    key_json = json.loads(json.dumps(dataclasses.asdict(key)))
+    stored = StoredEval(
+        key.digest, key_json, created, report.to_dict(), outputs.greedy, outputs.beam, scored.refs
+    )
     if keep and report.ensemble is None:
-        keep_result(loaded.run_dir, evaluation.stored, log, quiet)
+        try:
+            keep_eval(loaded.run_dir, stored)
+        except TformerError as e:  # a read-only run folder: the report itself still stands
+            if not quiet:
+                log.print(f"note: the result was not kept in the run folder: {e}", markup=False)
     if json_path is not None:
         atomic_write_text(json_path, report_json(report))
     if hyp_path is not None:
         atomic_write_text(hyp_path, "".join(f"{line}\n" for line in hyps))
-    return evaluation
+    return RunEvaluation(report, stored, hyps)
 
 
 def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
-    """The run (default: the newest) on the request's device and precision (default: the
-    run's training precision), with the request's CPU threads; first, a one-line error if the
-    request names no data and the run has none (``EvalRequest.check_data``)."""
+    """The run on the request's device, precision and CPU threads, after ``check_data``."""
     run_dir = choose_run(run)
     config = RunConfig.load(run_dir)
     request.check_data(run_dir, config)
@@ -112,9 +114,8 @@ def load_for(run: Path | None, request: EvalRequest) -> LoadedRun:
 
 
 def search_engine(run: LoadedRun, request: EvalRequest, others: int) -> SourcesEngine | None:
-    """What runs the request's searches: ``None``, tformer's own, or the run's CTranslate2
-    engine (``--engine ctranslate2``), after a one-line error for what it cannot do (an
-    ensemble with ``others`` runs, MBR, epsilon sampling)."""
+    """What runs the searches: ``None`` (tformer's) or the run's CTranslate2 engine, after a
+    one-line error for what it cannot do (an ensemble with ``others`` runs, MBR, epsilon)."""
     if request.engine == "torch":
         return None
     from tformer_cli.interop.engine import ctranslate2_engine, refusal
@@ -133,9 +134,8 @@ def use_threads(threads: int) -> None:
 
 
 def read_pairs(data: DataChoice, request: EvalRequest, log: Console, quiet: bool) -> Dataset:
-    """The text pairs of ``data``'s split (``all``: every pair the data holds, in its order,
-    nothing carved out; else carved with the run's seed, as in training), the first
-    ``request.limit`` of them."""
+    """The first ``request.limit`` text pairs of ``data``'s split (``all``: every pair, in order,
+    nothing carved; else carved with the run's seed, as in training)."""
     langs = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
     if data.split == "all":
         ds = load_corpus(data.spec, **langs, carve=False, **data.files)
@@ -179,14 +179,6 @@ def eval_source(run: LoadedRun, data: DataChoice, request: EvalRequest) -> EvalS
     )  # fmt: skip
 
 
-def per_pair(n: int, kept: Sequence[int], hyps: Sequence[str]) -> list[str]:
-    """A line per pair of the split, in order: the hypothesis, or empty for a skipped pair."""
-    lines = [""] * n
-    for i, hyp in zip(kept, hyps, strict=True):
-        lines[i] = hyp
-    return lines
-
-
 def score_split(
     run: LoadedRun,
     split: Split,
@@ -197,27 +189,20 @@ def score_split(
     quiet: bool,
     engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, Outputs]:
-    """``evaluate`` on the run's device and precision, with a progress bar; ``skipped``: the
-    pairs left out as too long for the model; ``engine``: what runs the searches."""
-    outputs: list[Outputs] = []
+    """``evaluate_split`` on the run's device and precision, with a progress bar."""
     with make_progress("eval", log, disable=quiet) as bar:
         total = len(split.src) * (3 if request.config.search.beam > 1 else 2)
         task = bar.add_task("eval", total=total, info="")
         with inference(run.device, run.dtype):
-            report, _ = evaluate(
+            return evaluate_split(
                 run.model, run.tgt_tokenizer, split, request.config, source, skipped,
                 on_progress=lambda stage, k: bar.update(task, advance=k, info=stage),
-                on_outputs=outputs.append, compile=run.compile, engine=engine,
+                compile=run.compile, engine=engine,
             )  # fmt: skip
-    return report, outputs[0]
 
 
 def with_ensemble(
-    report: EvalReport,
-    run: LoadedRun,
-    split: Split,
-    request: EvalRequest,
-    others: Sequence[Path],
+    report: EvalReport, run: LoadedRun, split: Split, request: EvalRequest, others: Sequence[Path]
 ) -> EvalReport:
     """``report`` with the searches of the ensemble of ``run`` and ``others``."""
     precision = request.precision_for(run.config)
@@ -228,23 +213,3 @@ def with_ensemble(
         scores = ensemble_scores(models, run.tgt_tokenizer, split, request.config, run.compile)
     names = [str(r.run_dir) for r in (run, *loaded)]
     return dataclasses.replace(report, ensemble=dataclasses.replace(scores, runs=names))
-
-
-def stored_result(
-    key: EvalKey, report: EvalReport, outputs: Outputs, refs: list[str]
-) -> StoredEval:
-    """The result as ``RUN/evals/<key>.json`` keeps it, stamped with the local time."""
-    return StoredEval(
-        key.digest, json.loads(json.dumps(dataclasses.asdict(key))),
-        datetime.now().astimezone().isoformat(timespec="seconds"),
-        report.to_dict(), outputs.greedy, outputs.beam, refs,
-    )  # fmt: skip
-
-
-def keep_result(run_dir: Path, stored: StoredEval, log: Console, quiet: bool) -> None:
-    """``keep_eval``; a read-only run folder gets a note: the report itself still stands."""
-    try:
-        keep_eval(run_dir, stored)
-    except TformerError as e:
-        if not quiet:
-            log.print(f"note: the result was not kept in the run folder: {e}", markup=False)

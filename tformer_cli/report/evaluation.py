@@ -1,12 +1,7 @@
-"""Translation quality and the ``tformer eval`` report: sacrebleu BLEU/chrF of greedy and beam
-outputs, teacher-forced cross-entropy, perplexity and accuracy, and the exposure-bias sections
-(``exposure.py``; definitions in docs/exposure_bias.md).
-
-``evaluate`` computes an ``EvalReport`` of a model on a ``Split`` (frozen dataclasses, one per
-section; ``None`` where a metric has no defined value) that ``EvalReport.to_dict`` turns into
-the ``--json`` file and ``render_report`` into rich tables. Evaluating a run folder, and keeping
-its result, is ``eval_run.py``'s.
-"""
+"""`tformer eval`'s report: sacrebleu BLEU/chrF of greedy and beam outputs, teacher-forced
+cross-entropy, perplexity and accuracy, and the exposure-bias sections (``exposure.py``,
+docs/exposure_bias.md). ``evaluate_split`` computes an ``EvalReport`` (``None``: no defined
+value), ``to_dict`` makes it ``--json``, ``render_report`` rich tables."""
 
 from __future__ import annotations
 
@@ -66,23 +61,10 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
 
 def corpus_bleu(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:
-    """sacrebleu BLEU (defaults) and its signature. ``force``: the toy corpus spaces its
-    punctuation on purpose, so sacrebleu's "forgot to detokenize?" warning would be noise."""
+    """sacrebleu BLEU (defaults) and its signature; ``force``: the toy corpus spaces its
+    punctuation on purpose, so the "forgot to detokenize?" warning would be noise."""
     b = sacrebleu.BLEU(force=True)
     return b.corpus_score(list(hyps), [list(refs)]).score, str(b.get_signature())
-
-
-@dataclass(frozen=True)
-class TeacherForced:
-    """Mean NLL of each gold token given the gold prefix, and the argmax accuracy."""
-
-    xent: float
-    accuracy: float
-    tokens: int
-
-    @property
-    def ppl(self) -> float:
-        return math.exp(min(self.xent, 100.0))
 
 
 def teacher_forced(
@@ -91,25 +73,26 @@ def teacher_forced(
     tgt: Sequence[Sequence[int]],
     max_tokens: int = 4096,
     dtype: torch.dtype | None = None,
-) -> TeacherForced:
-    """tf_xent, tf_ppl and tf_acc over every target token, ``</s>`` included: the clean pass
-    of ``tformer eval`` (so validation accuracy and the report's tf_acc agree)."""
-    device = next(model.parameters()).device
+) -> TFMetrics:
+    """tf_xent, tf_ppl and tf_acc: the clean pass of ``tformer eval``, which validation shares."""
     inputs, gold = gold_io(tgt)
-    with autocast(device, dtype):
-        clean = forced_pass(model, src, inputs, gold, max_tokens)
-    right = sum(
-        a == g for p, y in zip(clean.preds, gold, strict=True) for a, g in zip(p, y, strict=True)
-    )
+    with autocast(next(model.parameters()).device, dtype):
+        return tf_metrics(forced_pass(model, src, inputs, gold, max_tokens), gold)
+
+
+def tf_metrics(clean: ForcedPass, gold: Sequence[Sequence[int]]) -> TFMetrics:
+    """Section 1 from the clean pass: its mean NLL of the gold tokens and argmax accuracy."""
+    pairs = zip(clean.preds, gold, strict=True)
+    right = sum(a == g for p, y in pairs for a, g in zip(p, y, strict=True))
     n = max(clean.tokens, 1)
-    return TeacherForced(clean.nll / n, right / n, clean.tokens)
+    return TFMetrics(clean.nll / n, math.exp(min(clean.nll / n, 100.0)), right / n, clean.tokens)
 
 
 # ---------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class EvalConfig:
-    """How the report is computed: ``search`` for the beam pass (greedy shares its length
-    limits; ``beam = 1`` runs greedy only); ``noise``, the prefix-noise levels besides ``q = 0``."""
+    """How the report is computed: ``search``, the second search (``beam = 1``: greedy only,
+    whose length limits it shares); ``noise``, the prefix-noise levels besides ``q = 0``."""
 
     search: DecodeConfig = field(default_factory=lambda: DecodeConfig(beam=5))
     seed: int = 1234
@@ -138,17 +121,17 @@ class EvalSource:
 class TFMetrics:
     """Section 1, over every target token, ``</s>`` included."""
 
-    xent: float | None
-    ppl: float | None
-    acc: float | None
+    xent: float
+    ppl: float
+    acc: float
     tokens: int
 
 
 @dataclass(frozen=True)
 class Search:
-    """Section 2: one search's outputs scored by sacrebleu (detokenized text, as ``tformer
-    translate`` prints it: ``<unk>`` pieces dropped). ``unk``: the ``<unk>`` tokens the search
-    generated; ``unk_rate``: their share of its tokens (``</s>`` not counted)."""
+    """Section 2: one search's outputs scored by sacrebleu on detokenized text (``<unk>`` pieces
+    dropped, as ``tformer translate`` prints it); ``unk``: the ``<unk>`` tokens generated,
+    ``unk_rate`` their share (``</s>`` not counted)."""
 
     beam: int
     bleu: float
@@ -184,8 +167,7 @@ class Sizes:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per stage; ``total`` is the sum. ``load`` (the run, the data, tokenizing) is
-    set by ``evaluate_run``; ``evaluate`` alone leaves it ``None``."""
+    """Seconds per stage, ``total`` their sum; ``load`` (``evaluate_run``): the run and the data."""
 
     total: float
     greedy: float
@@ -219,37 +201,15 @@ class EvalReport:
 
 @dataclass(frozen=True)
 class Ensemble:
-    """The searches of an ensemble (this run and ``others``: the mean of their next-token
-    probabilities), on the same data and settings as the run's own."""
+    """The searches of an ensemble (the mean of its runs' next-token probabilities)."""
 
     runs: list[str]
     greedy: Search
     beam: Search | None
 
 
-def search_scores(
-    beam: int,
-    tokens: Sequence[Sequence[int]],
-    hyps: Sequence[str],
-    refs: Sequence[str],
-    seconds: float,
-    method: str = "",
-) -> Search:
-    """Corpus BLEU and chrF of the texts ``hyps`` with their signatures, the share of outputs
-    equal to the reference (whitespace-normalised), and the ``<unk>`` count of their ``tokens``."""
-    c = sacrebleu.CHRF()
-    bleu_score, bleu_sig = corpus_bleu(hyps, refs)
-    chrf_score = c.corpus_score(list(hyps), [list(refs)]).score
-    same = sum(h.split() == r.split() for h, r in zip(hyps, refs, strict=True))
-    unk = sum(list(seq).count(UNK_ID) for seq in tokens)
-    return Search(
-        beam, bleu_score, bleu_sig, chrf_score, str(c.get_signature()),
-        ratio(same, len(refs)), len(refs), unk, ratio(unk, sum(map(len, tokens))), seconds,
-        method,
-    )  # fmt: skip
-
-
 Progress = Callable[[str, int], None]  # (stage, sentences done); n = 0 when a stage starts
+SearchTexts = tuple[Search, list[str]]  # a search's scores and its texts
 
 
 def search_pass(
@@ -261,19 +221,29 @@ def search_pass(
     compile: str,
     on_batch: Callable[[int], None] | None = None,
     engine: SourcesEngine | None = None,
-) -> tuple[Search, list[str]]:
-    """One search over ``data`` (``dc``: greedy, beam, sampling or MBR), scored, and its texts
-    (``tokenizer``: the target side's); ``engine``: what searches (default: ``models``)."""
+) -> SearchTexts:
+    """One search over ``data`` (``dc``: greedy, beam, sampling or MBR) and its texts: corpus
+    BLEU and chrF, the outputs equal to their reference (whitespace-normalised), the ``<unk>``
+    generated. ``tokenizer``: the target side's; ``engine``: what searches (default: ``models``)."""
     begin = time.perf_counter()
     translate = engine or functools.partial(translate_sources, models, compile=compile)
     out = translate(
         tokenizer, data.src, dataclasses.replace(dc, nbest=1), Batching(cfg.max_tokens),
         on_batch=on_batch, first=1,
     )  # fmt: skip
-    tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>
-    texts = [t[0] for t, _ in out]
     seconds = time.perf_counter() - begin
-    return search_scores(dc.beam, tokens, texts, data.refs, seconds, describe(dc)), texts
+    tokens = [r.hypotheses[0].tokens for _, r in out]  # without </s>
+    texts, refs = [t[0] for t, _ in out], data.refs
+    chrf = sacrebleu.CHRF()
+    bleu_score, bleu_sig = corpus_bleu(texts, refs)
+    same = sum(h.split() == r.split() for h, r in zip(texts, refs, strict=True))
+    unk = sum(list(seq).count(UNK_ID) for seq in tokens)
+    search = Search(
+        dc.beam, bleu_score, bleu_sig, chrf.corpus_score(texts, [list(refs)]).score,
+        str(chrf.get_signature()), ratio(same, len(refs)), len(refs), unk,
+        ratio(unk, sum(map(len, tokens))), seconds, describe(dc),
+    )  # fmt: skip
+    return search, texts
 
 
 def greedy_of(cfg: EvalConfig) -> DecodeConfig:
@@ -281,14 +251,30 @@ def greedy_of(cfg: EvalConfig) -> DecodeConfig:
     return dataclasses.replace(cfg.search, beam=1, sampling=None, mbr=0)
 
 
+def run_searches(
+    models: Models,
+    tokenizer: Tokenizer,
+    data: Split,
+    cfg: EvalConfig,
+    compile: str,
+    stage: Callable[[str], Callable[[int], None] | None] = lambda name: None,
+    engine: SourcesEngine | None = None,
+) -> tuple[SearchTexts, SearchTexts | None]:
+    """Greedy, then ``cfg.search`` if it is another; ``stage`` names each and gives its callback."""
+    greedy = greedy_of(cfg)
+    first = search_pass(models, tokenizer, data, greedy, cfg, compile, stage("greedy"), engine)
+    if cfg.search == greedy:
+        return first, None
+    on_batch = stage(describe(cfg.search))
+    return first, search_pass(models, tokenizer, data, cfg.search, cfg, compile, on_batch, engine)
+
+
 def ensemble_scores(
     models: list[nn.Module], tokenizer: Tokenizer, data: Split, cfg: EvalConfig, compile: str
 ) -> Ensemble:
-    """Greedy and (if any) the second search of an ensemble of ``models``."""
-    greedy, _ = search_pass(models, tokenizer, data, greedy_of(cfg), cfg, compile)
-    second = cfg.search != greedy_of(cfg)
-    beam = search_pass(models, tokenizer, data, cfg.search, cfg, compile)[0] if second else None
-    return Ensemble([], greedy, beam)
+    """The searches of an ensemble of ``models``."""
+    (greedy, _), second = run_searches(models, tokenizer, data, cfg, compile)
+    return Ensemble([], greedy, None if second is None else second[0])
 
 
 @dataclass(frozen=True)
@@ -298,13 +284,17 @@ class Outputs:
     greedy: list[str]
     beam: list[str] | None  # None when cfg.search.beam == 1
 
+    @property
+    def hypotheses(self) -> list[str]:
+        """The report's hypotheses: the second search's, else greedy's."""
+        return self.beam or self.greedy
+
 
 def teacher_forced_passes(
     model: nn.Module, data: Split, cfg: EvalConfig
 ) -> tuple[list[list[int]], ForcedPass, ForcedPass, list[NoiseLevel]]:
-    """The gold targets and the teacher-forced passes of the report: clean, self-injected (the
-    model's own clean-pass predictions as input), and the prefix-noise levels (``q = 0`` is the
-    clean pass)."""
+    """The gold targets and the report's teacher-forced passes: clean, self-injected (the clean
+    pass's predictions as input), and the prefix-noise levels (``q = 0`` is the clean pass)."""
     inputs, gold = gold_io(data.tgt)
     clean = forced_pass(model, data.src, inputs, gold, cfg.max_tokens)
     injected = forced_pass(
@@ -318,7 +308,7 @@ def teacher_forced_passes(
     return gold, clean, injected, levels
 
 
-def evaluate(
+def evaluate_split(
     model: nn.Module,
     tokenizer: Tokenizer,
     data: Split,
@@ -326,21 +316,12 @@ def evaluate(
     source: EvalSource = EvalSource(),
     skipped: int = 0,
     on_progress: Progress | None = None,
-    on_outputs: Callable[[Outputs], None] | None = None,
     compile: str = "auto",
     engine: SourcesEngine | None = None,
 ) -> tuple[EvalReport, list[str]]:
-    """Every metric of the report, and the hypotheses (beam if ``cfg.search.beam > 1``, else
-    greedy); ``on_outputs`` receives both searches' outputs. ``tokenizer`` is the target
-    side's: it detokenizes the searches' and the teacher-forced outputs. ``engine``: what runs
-    the two searches (default: ``model``, with tformer's search); the teacher-forced passes
-    always run ``model``.
-
-    Two searches, then four teacher-forced passes: clean (section 1, the TF-argmax sequences of
-    section 3 and the predictions ``a_t`` of sections 4-6), self-injected (section 4), and one
-    per prefix-noise level (section 5; ``q = 0`` is the clean pass). The caller sets the
-    device, the precision (autocast) and inference mode.
-    """
+    """Every metric of the report, and both searches' outputs. ``tokenizer``: the target
+    side's; ``engine``: what runs the searches (default: ``model``); the teacher-forced passes
+    always run ``model``. The caller sets the device, the precision and inference mode."""
     if not data.src:
         raise TformerError("nothing to evaluate: the data holds no sentence pairs")
 
@@ -351,15 +332,8 @@ def evaluate(
         return lambda n: on_progress(name, n)
 
     start = time.perf_counter()
-    greedy, greedy_text = search_pass(
-        model, tokenizer, data, greedy_of(cfg), cfg, compile, stage("greedy"), engine
-    )
-    beam, beam_text = None, None
-    if cfg.search != greedy_of(cfg):  # beam, sampling or MBR besides greedy
-        on_batch = stage(describe(cfg.search))
-        beam, beam_text = search_pass(
-            model, tokenizer, data, cfg.search, cfg, compile, on_batch, engine
-        )
+    searches = run_searches(model, tokenizer, data, cfg, compile, stage, engine)
+    (greedy, greedy_text), (beam, beam_text) = searches[0], searches[1] or (None, None)
 
     t_tf = time.perf_counter()
     done = stage("teacher forcing")
@@ -370,13 +344,11 @@ def evaluate(
     t_scoring = time.perf_counter()
     tf_text = decode(tokenizer, tf_argmax_tokens(clean.preds))
     tf_bleu = corpus_bleu(tf_text, data.refs)[0]
-    xent = ratio(clean.nll, clean.tokens)
-    ppl = None if xent is None else math.exp(min(xent, 100.0))
     sections = dict(
         source=source,
         config=cfg,
         sizes=Sizes(len(data.src), sum(map(len, data.src)), clean.tokens, skipped),
-        tf=TFMetrics(xent, ppl, levels[0].acc, clean.tokens),
+        tf=tf_metrics(clean, gold),
         greedy=greedy,
         beam=beam,
         exposure_gap=ExposureGap(tf_bleu, greedy.bleu, tf_bleu - greedy.bleu),
@@ -387,13 +359,11 @@ def evaluate(
     end = time.perf_counter()
     beam_s = None if beam is None else beam.seconds
     timing = Timing(end - start, greedy.seconds, beam_s, t_scoring - t_tf, end - t_scoring)
-    if on_outputs is not None:
-        on_outputs(Outputs(greedy_text, beam_text))
-    return EvalReport(**sections, timing=timing), beam_text or greedy_text
+    return EvalReport(**sections, timing=timing), Outputs(greedy_text, beam_text)
 
 
 def report_json(report: EvalReport) -> str:
-    """The report as JSON: every number with the settings that produced it."""
+    """The report as ``--json`` writes it."""
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
@@ -404,7 +374,7 @@ def counted(n: int, noun: str) -> str:
 
 
 def render_report(r: EvalReport) -> Group:
-    """The report as rich tables, in the order of docs/exposure_bias.md (sections 1-6)."""
+    """The report as rich tables, in the order of docs/exposure_bias.md."""
     s, g = r.source, r.exposure_gap
     limit = f" (first {s.limit})" if s.limit is not None else ""
     threads = f", {counted(s.threads, 'CPU thread')}" if s.device == "cpu" else ""

@@ -1,15 +1,9 @@
 """Exposure-bias metrics (sections 3-6 of docs/exposure_bias.md), over token ids.
 
-Every teacher-forced (TF) pass here is one batched forward of the decoder on given inputs
-(``forced_pass``): the clean pass reads the gold prefix ``<s> y*``, the self-injected pass reads
-``<s> a_1 .. a_n`` (the clean pass's own predictions: a wrong gold token replaced by the model's
-prediction, a right one unchanged), the prefix-noise passes read gold with random substitutions.
-Targets are always ``y* </s>``, so positions stay aligned with the reference. The metric functions
-below them are pure functions of the passes' outputs.
-
-Conventions: target positions ``t`` are 1-based and include ``</s>``; a metric with no defined
-value (nothing to average over, a division by zero) is ``None``, printed ``n/a``.
-"""
+Each teacher-forced (TF) pass is one batched decoder forward (``forced_pass``) on the gold
+prefix (clean), on the clean pass's own predictions (self-injected), or on gold with random
+substitutions (prefix noise); targets are always ``y* </s>``. Target positions ``t`` are
+1-based and include ``</s>``; a metric with no defined value is ``None``, printed ``n/a``."""
 
 from __future__ import annotations
 
@@ -40,9 +34,9 @@ CAVEAT = (
 )
 
 
-def ratio(num: float, den: float) -> float | None:
-    """``num / den``, or ``None`` where the denominator is 0 (the metric is undefined)."""
-    return num / den if den else None
+def ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den``, or ``None`` where either is undefined or the denominator is 0."""
+    return None if num is None or not den else num / den
 
 
 def diff(a: float | None, b: float | None) -> float | None:
@@ -71,9 +65,7 @@ def table(
     caption: str = "",
     labels: bool = True,
 ) -> Group:
-    """A report section: a bold title line, a table (numbers right-aligned, the first column
-    left-aligned if it holds ``labels``), and the caption lines, which are not squeezed to the
-    table's width."""
+    """A report section: a bold title, a table of right-aligned numbers, the caption."""
     t = Table()
     for i, name in enumerate(columns):
         t.add_column(name, justify="left" if labels and i == 0 else "right")
@@ -85,8 +77,7 @@ def table(
 # ---------------------------------------------------------------------------- TF passes
 @dataclass(frozen=True)
 class ForcedPass:
-    """One teacher-forced pass: per sentence, the prediction ``a_t`` at each target position
-    (``</s>`` included, so ``len(preds[i]) == len(y*_i) + 1``), and the summed NLL of the gold."""
+    """One TF pass: each sentence's prediction at each position of ``y* </s>``, the gold NLL."""
 
     preds: list[list[int]]
     nll: float
@@ -102,14 +93,10 @@ def forced_pass(
     max_tokens: int = 4096,
     score: bool = True,
 ) -> ForcedPass:
-    """Run the decoder on ``inputs[i]`` (``<s>`` first, as long as ``gold[i]``) given ``src[i]``
-    (no ``</s>``; it is added) and predict each position of ``gold[i]``; with ``score``, also
-    sum the gold tokens' NLL (else ``nll`` is 0).
-
-    ``a_t`` is the argmax over the tokens decoding can emit (all but ``<pad>`` and ``<s>``), so
-    after a gold prefix it is exactly greedy decoding's next token. Sentences are batched by
-    length; results come back in input order.
-    """
+    """Predict each position of ``gold[i]`` reading ``inputs[i]`` given ``src[i]`` (``</s>``
+    added), batched by length, in input order; with ``score``, sum the gold tokens' NLL. ``a_t``
+    is the argmax over what decoding can emit (not ``<pad>``, ``<s>``): after a gold prefix,
+    greedy decoding's next token."""
     device = next(model.parameters()).device
     lengths = [max(len(s) + 1, len(g)) for s, g in zip(src, gold, strict=True)]
     preds: list[list[int]] = [[] for _ in src]
@@ -120,11 +107,8 @@ def forced_pass(
         y_out = pad([gold[i] for i in idx]).to(device)  # (B, T)
         logits = model(x, y_in).float()  # (B, T, V)
         if score:
-            nll += float(
-                F.cross_entropy(
-                    logits.flatten(0, 1), y_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-                )
-            )
+            flat = logits.flatten(0, 1), y_out.flatten()  # (B*T, V), (B*T)
+            nll += float(F.cross_entropy(*flat, ignore_index=PAD_ID, reduction="sum"))
         n += int((y_out != PAD_ID).sum())
         logits[..., [PAD_ID, BOS_ID]] = float("-inf")
         best = logits.argmax(dim=-1).tolist()  # (B, T)
@@ -139,16 +123,13 @@ def gold_io(tgt: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[list[in
 
 
 def self_injected_inputs(clean_preds: Sequence[Sequence[int]]) -> list[list[int]]:
-    """``<s> a_1 .. a_n``: every gold input token the clean pass got wrong replaced by its own
-    prediction (a right one equals the gold token already); ``a_{n+1}`` (at ``</s>``) is read by
-    no position."""
+    """``<s> a_1 .. a_n``: each gold input the clean pass got wrong replaced by its prediction."""
     return [[BOS_ID, *a[:-1]] for a in clean_preds]
 
 
 def tf_argmax_tokens(clean_preds: Sequence[Sequence[int]]) -> list[list[int]]:
-    """The TF-argmax sequence of each sentence for ``tf_bleu``: one prediction per reference
-    position (so already cut at the reference length), every ``</s>`` removed. A ``</s>``
-    predicted mid-sentence is one wrong token under TF, not the end of the output."""
+    """The TF-argmax sequence for ``tf_bleu``: one prediction per reference position, every
+    ``</s>`` removed (one predicted mid-sentence is a wrong token, not the end)."""
     return [[tok for tok in a if tok != EOS_ID] for a in clean_preds]
 
 
@@ -162,6 +143,10 @@ class Bucket:
     positions: int
     err_clean: float | None
     err_self: float | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.first}-{self.last}" if self.last is not None else f"{self.first}+"
 
 
 @dataclass(frozen=True)
@@ -188,8 +173,7 @@ def accumulation(
     clean_preds: Sequence[Sequence[int]],
     self_preds: Sequence[Sequence[int]],
 ) -> Accumulation:
-    """``err_clean``, ``err_self``, ``excess_error = err_self - err_clean``, its percentage of
-    ``err_clean``, and both rates per position bucket, from aligned ``y* </s>`` and predictions."""
+    """Section 4: error rates after each sentence's first clean-pass error, in all and by bucket."""
     counts = [[0, 0, 0] for _ in BUCKETS]  # per bucket: positions, clean errors, self errors
     with_error = 0
     for g, a, b in zip(gold, clean_preds, self_preds, strict=True):
@@ -216,8 +200,7 @@ def accumulation(
 def sparkline(
     values: Sequence[float | None], lo: float | None = None, hi: float | None = None
 ) -> str:
-    """One block per value, ``▁`` at ``lo`` to ``█`` at ``hi`` (default: the smallest and the
-    largest value, so the shape shows); ``None`` is a space."""
+    """A block per value from ``▁`` at ``lo`` to ``█`` at ``hi`` (default: their range)."""
     known = [v for v in values if v is not None]
     lo = min(known, default=0.0) if lo is None else lo
     hi = max(known, default=0.0) if hi is None else hi
@@ -233,8 +216,7 @@ def sparkline(
 # ---------------------------------------------------------------------------- section 5
 @dataclass(frozen=True)
 class NoiseLevel:
-    """TF accuracy with a share ``q`` of decoder-input tokens replaced, on the ``kept``
-    positions (own input token not replaced), and the clean pass's accuracy on the same ones."""
+    """TF accuracy with a share ``q`` of inputs replaced, and the clean one, on kept positions."""
 
     q: float
     acc: float | None
@@ -246,9 +228,7 @@ class NoiseLevel:
 
 @dataclass(frozen=True)
 class PrefixNoise:
-    """Section 5: accuracy per noise level; the drop from ``q = 0`` to the last ``q`` as
-    defined (``drop``: all positions at 0 vs kept positions at q) and paired on the same
-    positions (``paired_drop``: 0 exactly for a model that ignores earlier context)."""
+    """Section 5: accuracy per noise level and the drop to the last ``q``, as defined and paired."""
 
     seed: int
     levels: list[NoiseLevel]
@@ -259,14 +239,9 @@ class PrefixNoise:
 def noisy_inputs(
     inputs: Sequence[Sequence[int]], q: float, vocab_size: int, seed: int
 ) -> tuple[list[list[int]], list[list[bool]]]:
-    """Replace each decoder-input token but ``<s>`` with probability ``q`` by a token drawn
-    uniformly from the non-special ids ``4 .. vocab_size-1`` (it may equal the original).
-
-    One ``torch.Generator(seed)`` draws, sentence by sentence in input order, a uniform number
-    and a candidate token per position; a token is replaced where its number is below ``q``. So
-    the draws do not depend on batching, and with one seed a higher ``q`` replaces a superset of
-    the positions a lower one does, with the same tokens. Returns the inputs and replaced flags.
-    """
+    """Replace each decoder input but ``<s>`` with probability ``q`` by a uniform non-special id;
+    returns the inputs and the replaced flags. One generator draws a number and a candidate per
+    position, sentence by sentence, so a higher ``q`` replaces a superset with the same tokens."""
     g = torch.Generator().manual_seed(seed)
     out, flags = [], []
     for seq in inputs:
@@ -285,8 +260,7 @@ def noise_level(
     noisy_preds: Sequence[Sequence[int]],
     replaced: Sequence[Sequence[bool]],
 ) -> NoiseLevel:
-    """Accuracy of the noisy pass and of the clean pass on the positions whose own decoder-input
-    token was kept (position t, from 0, reads input t: ``<s>`` at t = 0, never replaced)."""
+    """Accuracy of the noisy and the clean pass on the positions whose own input was kept."""
     kept = noisy_ok = clean_ok = n_replaced = 0
     for g, a, b, r in zip(gold, clean_preds, noisy_preds, replaced, strict=True):
         for t in range(len(g)):
@@ -297,15 +271,13 @@ def noise_level(
             noisy_ok += b[t] == g[t]
             clean_ok += a[t] == g[t]
     acc, clean = ratio(noisy_ok, kept), ratio(clean_ok, kept)
-    paired = None if acc is None or clean is None else clean - acc
-    return NoiseLevel(q, acc, clean, paired, kept, n_replaced)
+    return NoiseLevel(q, acc, clean, diff(clean, acc), kept, n_replaced)
 
 
 def prefix_noise(seed: int, levels: Sequence[NoiseLevel]) -> PrefixNoise:
     """Collect the levels (the first one ``q = 0``) and the drops to the last one."""
     first, last = levels[0], levels[-1]
-    drop = None if first.acc is None or last.acc is None else first.acc - last.acc
-    return PrefixNoise(seed, list(levels), drop, last.paired_drop)
+    return PrefixNoise(seed, list(levels), diff(first.acc, last.acc), last.paired_drop)
 
 
 # ---------------------------------------------------------------------------- section 6
@@ -330,21 +302,16 @@ class LengthDecay:
 
 
 def quartiles(lengths: Sequence[int]) -> list[list[int]]:
-    """Sentence indices in four equal-count groups by length (ties broken by index), shortest
-    first; a group is empty only when there are fewer than four sentences."""
+    """Sentence indices in four equal-count groups by length (ties by index), shortest first."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     n = len(order)
     return [order[k * n // 4 : (k + 1) * n // 4] for k in range(4)]
 
 
 def length_decay(
-    ref_lengths: Sequence[int],
-    refs: Sequence[str],
-    greedy: Sequence[str],
-    tf_argmax: Sequence[str],
+    ref_lengths: Sequence[int], refs: Sequence[str], greedy: Sequence[str], tf_argmax: Sequence[str]
 ) -> LengthDecay:
-    """Sentence-level chrF (sacrebleu defaults) of greedy and TF-argmax texts by quartile of
-    reference length in tokens."""
+    """Section 6: sentence chrF of greedy and TF-argmax texts by reference-length quartile."""
     chrf = sacrebleu.CHRF()
 
     def mean_chrf(hyps: Sequence[str], idx: list[int]) -> float | None:
@@ -356,35 +323,19 @@ def length_decay(
         g, t = mean_chrf(greedy, idx), mean_chrf(tf_argmax, idx)
         lens = [ref_lengths[i] for i in idx]
         rows.append(
-            Quartile(
-                min(lens, default=None),
-                max(lens, default=None),
-                len(idx),
-                g,
-                t,
-                None if g is None or t is None else ratio(g, t),
-            )
+            Quartile(min(lens, default=None), max(lens, default=None), len(idx), g, t, ratio(g, t))
         )
-    short, long_ = rows[0].ratio, rows[-1].ratio
-    return LengthDecay(rows, None if short is None or long_ is None else ratio(long_, short))
+    return LengthDecay(rows, ratio(rows[-1].ratio, rows[0].ratio))
 
 
 # ---------------------------------------------------------------------------- rendering
 def render_accumulation(a: Accumulation) -> tuple[Group, Text]:
     """Section 4: the error rates per bucket and in all, the sparkline curve, and the caveat."""
+    buckets = [(b.label, b.positions, b.err_clean, b.err_self) for b in a.buckets]
     rows = [
-        [
-            f"{b.first}-{b.last}" if b.last is not None else f"{b.first}+",
-            str(b.positions),
-            pct(b.err_clean),
-            pct(b.err_self),
-            points(diff(b.err_self, b.err_clean)),
-        ]
-        for b in a.buckets
+        [label, str(n), pct(clean), pct(self_), points(diff(self_, clean))]
+        for label, n, clean, self_ in [*buckets, ("all", a.positions, a.err_clean, a.err_self)]
     ]
-    rows.append(
-        ["all", str(a.positions), pct(a.err_clean), pct(a.err_self), points(a.excess_error)]
-    )
     rates = [v for b in a.buckets for v in (b.err_clean, b.err_self) if v is not None]
     lo, hi = min(rates, default=None), max(rates, default=None)
     excess_pct = "n/a" if a.excess_error_pct is None else f"{a.excess_error_pct:+.1f}%"

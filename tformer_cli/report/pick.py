@@ -1,7 +1,5 @@
-"""Which run a command uses: the one it is given (a folder or a name: ``checkpoint.resolve_run``),
-else the newest ``usable`` one under ``runs/`` (``runs.usable``: finished, imported, or
-interrupted with a ``model.pt``; never broken, nor still training), the one ``tformer runs``
-marks. The command line names the run it picked on stderr (``default_note``)."""
+"""Which run a command uses: the one it names (a folder or a name), else the newest ``usable``
+one under ``runs/``, the one ``tformer runs`` marks."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from tformer_cli.report.runs import RunInfo, collect_or_say_why, run_folders, us
 
 
 def default_run(runs_dir: Path = RUNS_DIR) -> tuple[RunInfo, list[RunInfo]]:
-    """The run a command given none uses: the newest ``usable`` one; and the newer runs passed
-    over. Reads the runs newest first, until one is usable, each without its scores."""
+    """The newest ``usable`` run, and the newer runs passed over (read without their scores)."""
     passed: list[RunInfo] = []
     for folder in run_folders(runs_dir) if runs_dir.is_dir() else []:
         run = collect_or_say_why(folder, details=False)
@@ -34,8 +31,7 @@ def states(runs: Sequence[RunInfo], most: int = 3) -> str:
 
 
 def default_note(run: RunInfo, passed: Sequence[RunInfo]) -> str:
-    """The line a command given no run prints: which run it uses, its state, and the newer
-    runs it passed over."""
+    """The line a command given no run prints: the run it uses, and the newer ones passed over."""
     why = f"newest usable; newer: {states(passed)}" if passed else "newest"
     return f"using run {run.path} ({run.state}, {why}; -m to choose)"
 

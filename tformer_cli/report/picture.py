@@ -1,6 +1,5 @@
-"""What the pictures share, the training curves (``curves.py``) and the attention maps
-(``attention/render.py``): SVG elements, the standalone SVG and HTML documents, matplotlib for
-PNG (the optional ``plot`` extra), and a ``--save`` file written as its suffix says."""
+"""What the pictures of the curves and the attention maps share: SVG elements, the SVG and
+HTML documents, matplotlib for PNG (the ``plot`` extra), a ``--save`` file by its suffix."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write, atomic_write_text
 
 SUFFIXES = (".svg", ".html", ".htm", ".png")
+CHAR_W = 6.6  # average glyph width of 11 px text, for layout
 
 
 # ---------------------------------------------------------------------------- SVG and HTML
@@ -24,8 +24,7 @@ def quoted(value: object) -> str:
 
 
 def element(name: str, content: str | None = None, **attrs: object) -> str:
-    """``<name attrs>content</name>``, or ``<name attrs/>`` without content; attributes in order,
-    ``font_size`` written ``font-size`` and ``class_`` ``class``."""
+    """``<name attrs>content</name>``, ``<name attrs/>`` without; ``font_size`` is ``font-size``."""
     pairs = "".join(f" {k.rstrip('_').replace('_', '-')}='{quoted(v)}'" for k, v in attrs.items())
     return f"<{name}{pairs}/>" if content is None else f"<{name}{pairs}>{content}</{name}>"
 
@@ -40,9 +39,13 @@ def title(tip: str) -> str:
     return element("title", escape(tip))
 
 
+def group(body: Sequence[str], x: float, y: float, **attrs: object) -> str:
+    """``body``'s elements as one group moved to ``(x, y)``."""
+    return element("g", "".join(body), **attrs, transform=f"translate({quoted(x)} {quoted(y)})")
+
+
 def text_lines(lines: Sequence[str], y: int, first: int | None) -> list[str]:
-    """Lines of 11 px text at x 10, 18 px apart from baseline ``y``; the first one ``first`` px
-    and bold (``None``: like the others)."""
+    """Lines of 11 px text at x 10, 18 px apart from ``y``; the first ``first`` px and bold."""
     out = [text(10, y + 18 * k, line, 11) for k, line in enumerate(lines)]
     if lines and first:
         out[0] = text(10, y, lines[0], first, font_weight="bold")
@@ -61,8 +64,7 @@ def svg_document(width: int, height: int, body: Sequence[str], style: str = "") 
 
 
 def html_page(heading: str, body: str, style: str = "") -> str:
-    """A self-contained page: ``heading`` as its title and first line, then ``body`` (HTML);
-    ``style``: the page's own CSS rules."""
+    """A self-contained page: ``heading`` as title and first line, ``body``, ``style`` its CSS."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{escape(heading)}</title><style>body{{font-family:'DejaVu Sans',Helvetica,Arial,"
@@ -100,9 +102,8 @@ def require_matplotlib() -> ModuleType:
 def png_panels(
     n: int, per_row: int, panel: tuple[float, float], margin: tuple[float, float] = (0.0, 0.0)
 ) -> tuple[Any, Any, list[Any]]:
-    """A matplotlib figure for ``n`` panels, ``per_row`` to a row, each ``panel`` inches wide
-    and high (``margin`` more for the whole), the grid's spare axes off: the figure, its grid
-    of axes, and the ``n`` axes in order."""
+    """A figure for ``n`` panels of ``panel`` inches, ``per_row`` to a row (``margin`` more):
+    the figure, its axes grid, the ``n`` axes."""
     rows = max(1, math.ceil(n / per_row))
     size = (panel[0] * per_row + margin[0], panel[1] * rows + margin[1])
     plt = require_matplotlib()
@@ -120,8 +121,7 @@ def save_png(fig: Any, path: Path, dpi: int) -> None:
 
 # ---------------------------------------------------------------------------- saving
 def check_picture(path: Path | None) -> None:
-    """Fail before any work on a ``--save`` name written as no picture, or a .png without
-    matplotlib."""
+    """Fail before any work on a ``--save`` name that is no picture, or .png without matplotlib."""
     if path is not None and path.suffix.lower() not in SUFFIXES:
         raise TformerError(f"--save {path}: use a .svg, .html or .png file name")
     if path is not None and path.suffix.lower() == ".png":
@@ -131,8 +131,7 @@ def check_picture(path: Path | None) -> None:
 def save_picture(
     path: Path, svg: Callable[[], str], html: Callable[[], str], png: Callable[[Path], object]
 ) -> None:
-    """Write ``path`` as its suffix says: ``svg()``, ``html()`` (.html or .htm), or ``png(tmp)``
-    drawing into a file that then replaces ``path``."""
+    """Write ``path`` as its suffix says: ``svg()``, ``html()``, or ``png(tmp)`` then moved."""
     check_picture(path)
     suffix = path.suffix.lower()
     if suffix == ".png":

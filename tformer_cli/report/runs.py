@@ -1,31 +1,16 @@
-"""`tformer runs`: the run folders under ``runs/`` as one table, and whether each is still training.
+"""`tformer runs`: the run folders under ``runs/`` as one table, and the run lock.
 
-Collect only: for each folder, ``config.json`` (settings), ``log.jsonl`` (how far it got, its
-scores, how it stopped), the stored evaluations of ``tformer eval`` (``RUN/evals/``, test BLEU of
-the current ``model.pt``), the run lock, and whether ``model.pt`` is a whole zip archive (as
-``torch.save`` writes it); never a checkpoint's weights. A folder that cannot be
-read is a row saying why (``state`` broken), never a traceback.
-
-States, in the order they are decided:
-- ``running``: a process holds the run lock (``RunLock``), which the trainer takes for as
-  long as it lives. The lock is an exclusive ``flock`` on ``RUN/.lock``: the kernel drops it
-  when its process ends, however it ends (SIGKILL, OOM killer, power cut), so a killed run never
-  looks alive. ``is_running`` probes it without waiting and without creating the file.
-- ``broken``: no readable ``config.json``, or a ``log.jsonl`` that cannot be read (not UTF-8, a
-  line that is not a JSON object before the last one; a half-written last line is what a kill
-  leaves, and is ignored as ``--resume`` ignores it), a ``model.pt`` that is not a whole zip
-  archive (truncated, empty, foreign), a missing or unreadable ``tokenizer.json``, or finished
-  without ``model.pt``.
-- ``finished``: the log's last records after training say it stopped by a stopping rule
-  (``stopped_by``, not an interruption) or hold its test BLEU, and ``model.pt`` exists.
+A folder's state reads only ``config.json``, ``log.jsonl``, the stored evaluations
+(``RUN/evals/``), the run lock and whether ``model.pt`` is a whole zip archive; an unreadable
+folder is a ``broken`` row saying why, never a traceback. States, decided in this order:
+- ``running``: a process holds the run lock, an exclusive ``flock`` on ``RUN/.lock`` that the
+  kernel drops when its process ends however it ends, so a killed run never looks alive.
+- ``broken``: no readable ``config.json``, an unreadable ``log.jsonl`` (a half-written last line
+  is ignored, as ``--resume`` ignores it), a ``model.pt`` that is not a whole zip archive, a
+  missing or unreadable ``tokenizer.json``, or finished without ``model.pt``.
+- ``finished``: the log's records after training name a stopping rule or hold test BLEU.
 - ``imported``: a model made elsewhere (``tformer import``), with its ``model.pt``.
-- ``interrupted``: anything else; ``tformer train --resume RUN`` continues it (from ``last.pt``,
-  or from step 0 with its settings when it stopped before its first save).
-
-A command given no run (no ``-m``) uses the newest ``usable`` one: finished, imported, or
-interrupted with a ``model.pt``; never a broken one, nor one still training (``report.pick``).
-``tformer runs`` marks it.
-"""
+- ``interrupted``: anything else; ``tformer train --resume RUN`` continues it."""
 
 from __future__ import annotations
 
@@ -54,36 +39,31 @@ from tformer_cli.data.tokenizer import load_tokenizer
 from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
 from tformer_cli.model import Transformer
-from tformer_cli.report.request import EvalRequest
-from tformer_cli.report.stored import StoredEval, stored_evals
+from tformer_cli.report.request import EvalRequest, StoredEval, stored_evals
 
 LOCK = ".lock"
 LOCK_WAIT = 5.0  # seconds a trainer waits for a lock that a `tformer runs` probe holds briefly
 TRAINING_KEYS = ("loss", "valid_loss", "skipped_update")  # records written while training
-STATES = ("running", "finished", "interrupted", "broken", "imported")
+INTERRUPTIONS = ("interrupted", "stopped with rank")  # how a stopped_by that is no rule starts
 
 
 # ---------------------------------------------------------------------------- the run lock
 class RunLock:
-    """An exclusive ``flock`` on ``RUN/.lock`` (made if missing), held until ``release()`` (or
-    the end of the ``with`` block, or of the object, or of the process); a ``TformerError``
-    when another live process holds it after ``wait`` seconds. Within one process the lock is
-    shared: a second ``RunLock`` on the same folder (a resumed Trainer while the first still
-    exists) counts up instead of waiting for itself. The file keeps the holder's pid, for
-    messages only: the lock itself, not the file, says a run is alive, so a stale file means
-    nothing."""
+    """An exclusive ``flock`` on ``RUN/.lock`` (made if missing) until ``release()``, the end of
+    the ``with`` block, of the object or of the process; a ``TformerError`` when another process
+    holds it after ``wait`` seconds. A second lock on the same folder in one process (a resumed
+    Trainer while the first exists) counts up instead of waiting for itself. The file keeps the
+    holder's pid, for messages only."""
 
     def __init__(self, run_dir: Path, wait: float = LOCK_WAIT) -> None:
         self.path = run_dir / LOCK
         self._key: str | None = None
         key = str(self.path.resolve())
         with _HELD_GUARD:
-            if key in _HELD:
-                _HELD[key][1] += 1
-                self._key = key
-                return
-            _HELD[key] = [_acquire(run_dir, self.path, wait), 1]
-            self._key = key
+            if key not in _HELD:
+                _HELD[key] = [_acquire(run_dir, self.path, wait), 0]
+            _HELD[key][1] += 1
+        self._key = key
 
     def release(self) -> None:
         with _HELD_GUARD:
@@ -140,8 +120,7 @@ lock_run = RunLock  # the trainer's name for taking it: ``lock = lock_run(run_di
 
 
 def is_running(run_dir: Path) -> bool:
-    """Whether a live process holds the run lock: a non-blocking shared ``flock`` probe that
-    fails only while an exclusive lock is held. Creates nothing."""
+    """Whether a live process holds the run lock (a non-blocking shared probe); creates nothing."""
     try:
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
     except OSError:
@@ -167,8 +146,8 @@ def lock_holder(run_dir: Path) -> int | None:
 
 # ---------------------------------------------------------------------------- the log
 def read_log(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of ``log.jsonl`` (none if it does not exist). A half-written last line, which
-    a killed process leaves, is dropped; any other unreadable line is a ``TformerError``."""
+    """The records of ``log.jsonl`` (none without one). A half-written last line, which a killed
+    process leaves, is dropped; any other unreadable line is a ``TformerError``."""
     path = run_dir / "log.jsonl"
     try:
         text = path.read_text(encoding="utf-8")
@@ -196,22 +175,10 @@ def read_log(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def stop_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """What the records after the last training record say about the end: ``stopped_by``,
-    ``test_bleu`` and the checkpoint average's choice, merged (empty while training goes on)."""
+    """The records after the last training record, merged: ``stopped_by``, ``test_bleu``, the
+    checkpoint average's choice (empty while training goes on)."""
     last = max((i for i, r in enumerate(records) if any(k in r for k in TRAINING_KEYS)), default=-1)
-    merged: dict[str, Any] = {}
-    for record in records[last + 1 :]:
-        merged.update(record)
-    return merged
-
-
-def is_stopping_rule(stopped_by: object) -> bool:
-    """A ``stopped_by`` of a rule (steps, epochs, minutes, patience), not of an interruption."""
-    return (
-        isinstance(stopped_by, str)
-        and bool(stopped_by)
-        and not stopped_by.startswith(("interrupted", "stopped with rank"))
-    )
+    return {key: value for record in records[last + 1 :] for key, value in record.items()}
 
 
 # ---------------------------------------------------------------------------- one run
@@ -221,7 +188,7 @@ class RunInfo:
 
     name: str
     path: str
-    state: str  # one of STATES
+    state: str  # one of STATE_STYLES
     detail: str  # how it stopped (finished, interrupted), its pid (running), or why it is broken
     updated: str | None  # last write to config.json, log.jsonl, model.pt or last.pt (ISO 8601)
     updated_ts: float
@@ -255,9 +222,9 @@ RANDOM_INIT = frozenset(
 
 
 class _SkipRandomInit(TorchFunctionMode):
-    """Leave tensors as allocated instead of drawing their initial values: building a model
-    only to count its parameters then costs an allocation the OS does not even commit. (The
-    meta device would need no memory, but its kernels import torch._dynamo: seconds.)"""
+    """Leave tensors as allocated instead of drawing their initial values, so that a model built
+    to count its parameters costs memory the OS does not commit (the meta device would import
+    torch._dynamo)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
@@ -274,8 +241,7 @@ def count_parameters(cfg: ModelConfig) -> int:
 
 
 def latest_write(run_dir: Path) -> float:
-    """When the run last wrote config.json, log.jsonl, model.pt or last.pt (else the folder's
-    time); 0 where the folder cannot be read."""
+    """When the run last wrote config.json, log.jsonl, model.pt or last.pt; 0 if unreadable."""
     names = ("log.jsonl", "model.pt", "last.pt", "config.json")
     try:
         times = [(run_dir / n).stat().st_mtime for n in names if (run_dir / n).is_file()]
@@ -285,8 +251,7 @@ def latest_write(run_dir: Path) -> float:
 
 
 def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
-    """The newest stored evaluation of the current model.pt on what ``EvalRequest()`` asks:
-    the run's own test split, whole."""
+    """The newest stored evaluation of the current model.pt on the run's own test split."""
     asked = EvalRequest()
     data = asked.data_for(train)
     found = [
@@ -306,8 +271,7 @@ def current_test_eval(run_dir: Path, train: TrainConfig) -> StoredEval | None:
 
 
 def collect_run(run_dir: Path, details: bool = True) -> RunInfo:
-    """Everything ``tformer runs`` shows about one folder; never raises for a broken one.
-    ``details`` False: its state without the model's size and test scores (``pick``)."""
+    """Everything ``tformer runs`` shows about a folder (``details``: size and test scores)."""
     ts = latest_write(run_dir)
     updated = datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds") if ts else None
     info: dict[str, Any] = dict(
@@ -398,11 +362,11 @@ def scores_on_test(run_dir: Path, train: TrainConfig, end: dict[str, Any]) -> di
 def stopped_state(
     run_dir: Path, end: dict[str, Any], imported_from: str | None = None
 ) -> dict[str, Any]:
-    """The state of a run no process holds: finished, interrupted, broken or imported (from
-    ``imported_from``), with the detail (and for an interrupted run that ``--resume``
-    continues, that command)."""
+    """The state of a run no process holds, its detail, and the command that resumes it."""
     has_model = (run_dir / "model.pt").is_file()
-    finished = is_stopping_rule(end.get("stopped_by")) or "test_bleu" in end
+    stopped_by = end.get("stopped_by")  # a rule's, not an interruption's
+    rule = isinstance(stopped_by, str) and not stopped_by.startswith(INTERRUPTIONS)
+    finished = (rule and bool(stopped_by)) or "test_bleu" in end
     if has_model and not zipfile.is_zipfile(run_dir / "model.pt"):  # torch.save writes a zip
         return dict(state="broken", detail="model.pt is corrupt (not a whole checkpoint)")
     try:  # what translate and eval read beside model.pt
@@ -425,8 +389,7 @@ def stopped_state(
 
 
 def run_folders(runs_dir: Path) -> list[Path]:
-    """The run folders under ``runs_dir`` (hidden ones, like ``.cache``, left out), newest
-    first: by their last write (``latest_write``), then by name."""
+    """The run folders under ``runs_dir`` (not hidden ones), newest first, then by name."""
     if not runs_dir.is_dir():
         what = "is not a folder" if runs_dir.exists() else "does not exist"
         raise TformerError(f"{runs_dir} {what}: train a model first (tformer train), or give DIR")
@@ -435,8 +398,7 @@ def run_folders(runs_dir: Path) -> list[Path]:
 
 
 def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
-    """Every run folder under ``runs_dir``, newest first (``run_folders``); the one a command
-    given no run uses is marked ``default``."""
+    """Every run folder under ``runs_dir``, newest first, the default one marked."""
     runs = [collect_or_say_why(p) for p in run_folders(runs_dir)]
     first = next((i for i, r in enumerate(runs) if usable(r)), None)
     if first is not None:
@@ -445,8 +407,7 @@ def list_runs(runs_dir: Path = RUNS_DIR) -> list[RunInfo]:
 
 
 def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
-    """``collect_run``, with any failure to read the folder (permissions, odd file contents)
-    turned into a broken row: one folder never stops the listing of the others."""
+    """``collect_run``, a folder that cannot be read a broken row."""
     try:
         return collect_run(run_dir, details=details)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -456,8 +417,7 @@ def collect_or_say_why(run_dir: Path, details: bool = True) -> RunInfo:
 
 # ---------------------------------------------------------------------------- the default run
 def usable(run: RunInfo) -> bool:
-    """Whether a command given no run may use ``run``: finished, imported, or interrupted with
-    a ``model.pt``; never broken, nor running (its ``model.pt`` changes under it)."""
+    """Whether a command given no run may use it: finished, imported, interrupted with model.pt."""
     if run.state == "interrupted":
         return (Path(run.path) / "model.pt").is_file()
     return run.state in ("finished", "imported")
@@ -465,7 +425,7 @@ def usable(run: RunInfo) -> bool:
 
 # ---------------------------------------------------------------------------- rendering
 STATE_STYLES = {"running": "bold cyan", "finished": "green", "interrupted": "yellow",
-                "broken": "bold red"}  # fmt: skip
+                "broken": "bold red", "imported": ""}  # fmt: skip
 
 
 def short_data(info: RunInfo) -> str:
@@ -501,9 +461,7 @@ def when(ts: float) -> str:
 
 
 def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
-    """The runs as one rich table: one row per folder, ``*`` before the one a command given no
-    run uses; the state cell of a broken one says why (paths inside the run folder relative
-    to it)."""
+    """The runs as one table, ``*`` before the default run, a broken row saying why."""
     title = f"runs under {runs_dir}, newest first" if runs_dir is not None else "runs"
     caption = (
         "model: parameters, encoder+decoder layers, d_model; prec.: the --precision trained with;"
@@ -525,7 +483,7 @@ def render_runs(runs: Sequence[RunInfo], runs_dir: Path | None = None) -> Table:
     table.add_column("test BLEU", justify="right", no_wrap=True)
     table.add_column("state", overflow="fold", min_width=16, ratio=1)
     for r in runs:
-        state = Text(r.state, style=STATE_STYLES.get(r.state, ""))
+        state = Text(r.state, style=STATE_STYLES[r.state])
         if r.detail and r.state != "finished":
             detail = r.detail.replace(f"{r.path}{os.sep}", "").replace(r.path, "the folder")
             state.append(f": {detail}", style="red" if r.state == "broken" else "dim")

@@ -1,9 +1,7 @@
-"""`tformer show RUN`: the run's settings as label/value rows, then its training curves
-(``curves.py``) in the terminal, and with ``save`` as a picture."""
+"""`tformer show RUN`: the run's settings, its training curves in the terminal and as a picture."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +20,10 @@ from tformer_cli.report.pick import choose_run
 from tformer_cli.report.picture import check_picture, escape
 from tformer_cli.report.runs import RunInfo, collect_run, read_log
 
+STOPPING = (("--max-steps", "max_steps"), ("--epochs", "max_epochs"),
+            ("--max-minutes", "max_minutes"), ("--patience", "patience"),
+            ("--average", "average"))  # fmt: skip
+
 
 def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
     """The run's settings and progress as short label/value rows."""
@@ -30,43 +32,23 @@ def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
     langs = f" ({t.src_lang} -> {t.tgt_lang})" if t.src_lang and t.tgt_lang else ""
     files = [getattr(t, n, None) for n in ("src_file", "tgt_file")]
     data = " + ".join(f for f in files if f) if t.data == "files" and any(files) else t.data
+    tied = ", tied embeddings" if m.tie_embeddings else ""
+    rules = [f"{option} {getattr(t, name):g}" for option, name in STOPPING if getattr(t, name)]
     rows = [
         ("state", f"{info.state}: {info.detail}" if info.detail else info.state),
         ("data", f"{data}{langs}, seed {t.seed}"),
         ("tokenizer", f"{t.tokenizer_kind}, {m.vocab_size:,} types (asked {t.vocab_size:,})"),
-        (
-            "model",
-            f"{params} parameters; {m.n_encoder_layers}+{m.n_decoder_layers} layers, d {m.d_model},"
-            f" {m.h} heads, FFN {m.d_ff}, {m.norm}-LN, {m.positional} positions, dropout"
-            f" {m.dropout:g}{', tied embeddings' if m.tie_embeddings else ''}",
-        ),
-        (
-            "training",
-            f"{t.max_tokens:,} tokens/batch x {t.accum}, lr {t.lr:g}, warm-up {t.warmup},"
-            f" label smoothing {t.label_smoothing:g}, precision {t.precision}",
-        ),
-    ]
-    rules = [
-        f"{name} {value:g}"
-        for name, value in (
-            ("--max-steps", t.max_steps),
-            ("--epochs", t.max_epochs),
-            ("--max-minutes", t.max_minutes),
-            ("--patience", t.patience),
-            ("--average", t.average),
-        )
-        if value
-    ]
-    rows.append(("stopping", ", ".join(rules) or "none (Ctrl-C)"))
+        ("model", f"{params} parameters; {m.n_encoder_layers}+{m.n_decoder_layers} layers, d"
+                  f" {m.d_model}, {m.h} heads, FFN {m.d_ff}, {m.norm}-LN, {m.positional} positions,"
+                  f" dropout {m.dropout:g}{tied}"),
+        ("training", f"{t.max_tokens:,} tokens/batch x {t.accum}, lr {t.lr:g}, warm-up {t.warmup},"
+                     f" label smoothing {t.label_smoothing:g}, precision {t.precision}"),
+        ("stopping", ", ".join(rules) or "none (Ctrl-C)"),
+    ]  # fmt: skip
     if t.scheduled_sampling != "off":
         k = "" if t.ss_k is None else f", k {t.ss_k:g}"
-        rows.append(
-            (
-                "scheduled sampling",
-                f"{t.scheduled_sampling}{k}, min {t.ss_min:g}, warm-up {t.ss_warmup},"
-                f" mix {t.ss_mix}",
-            )
-        )
+        how = f", min {t.ss_min:g}, warm-up {t.ss_warmup}, mix {t.ss_mix}"
+        rows.append(("scheduled sampling", f"{t.scheduled_sampling}{k}{how}"))
     progress = f"{info.updates or 0:,} updates"
     if info.epochs:
         progress += f", {info.epochs} epoch{'' if info.epochs == 1 else 's'}"
@@ -75,23 +57,10 @@ def settings_rows(config: RunConfig, info: RunInfo) -> list[tuple[str, str]]:
     rows.append(("progress", progress))
     if info.test_bleu is not None:
         how = "tformer eval" if info.test_bleu_from == "eval" else "end of training"
-        beam = (
-            f", beam {info.test_beam} {info.test_beam_bleu:.2f}"
-            if info.test_beam_bleu is not None
-            else ""
-        )
+        b = info.test_beam_bleu
+        beam = "" if b is None else f", beam {info.test_beam} {b:.2f}"
         rows.append(("test BLEU", f"greedy {info.test_bleu:.2f}{beam} ({how})"))
     return rows
-
-
-def settings_table(run_dir: Path, rows: Sequence[tuple[str, str]]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    table.add_row("run", str(run_dir))
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
 
 
 def show_run(
@@ -104,20 +73,24 @@ def show_run(
     runs_dir: Path = RUNS_DIR,
     width: int | None = None,
 ) -> Chart:
-    """``tformer show RUN``: the run's settings, then its curves in the terminal; ``save``
-    writes them as .svg, .html (with the settings) or .png. Returns the chart."""
+    """``tformer show RUN``: the run's settings, then its curves; ``save`` writes them as .svg,
+    .html (with the settings) or .png. Returns the chart."""
     check_axis(x)
     check_picture(save)
     run_dir = choose_run(run, runs_dir)
     config = RunConfig.load(run_dir)  # a broken run: its one-line reason
     records = read_log(run_dir)
     info = collect_run(run_dir)
-    rows = settings_rows(config, info)
+    settings = [("run", str(run_dir)), *settings_rows(config, info)]
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in settings:
+        table.add_row(label, value)
     chart = make_chart([(run_dir.name, run_series(records))], x, f"run {run_dir.name}")
-    console.print(settings_table(run_dir, rows))
+    console.print(table)
     console.print(chart_terminal(chart, width or console.width))
     if save is not None:
-        settings = [("run", str(run_dir)), *rows]
         cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in settings)
         save_chart(chart, save, f"<table>{cells}</table>\n")
         (err or Console(stderr=True)).print(f"wrote {save}", markup=False, highlight=False)

@@ -270,7 +270,7 @@ class TrainerBase:
             s.stale_validations += 1
         if self.cfg.average:
             save_checkpoint(self.run_dir, s.step, self.model.state_dict(), self.cfg.average)
-        return {"valid_loss": tf.xent, "valid_ppl": tf.ppl, "valid_acc": tf.accuracy,
+        return {"valid_loss": tf.xent, "valid_ppl": tf.ppl, "valid_acc": tf.acc,
                 "valid_bleu": score}  # fmt: skip
 
     def _validate_or_save(self) -> None:

@@ -23,14 +23,9 @@ from tformer_cli.report.attention.maps import collect
 
 @dataclass(frozen=True)
 class AlignmentScore:
-    """How often a head's strongest source word is a gold-aligned one, per (layer, head).
-
-    For each target word with at least one gold link, take the cross-attention row of the step
-    that generates its first subword, sum the weights over each source word's subwords (``</s>``
-    left out) and check whether the word with the most mass is linked to the target word.
-    ``crossing`` restricts this to target words with a crossing link (reordered, e.g. the
-    verb-final verbs of German subordinate clauses and the words they jump over).
-    """
+    """Per (layer, head), the share of gold-linked target words whose most attended source word
+    (the weights of the row generating the word's first subword, summed per source word) is
+    linked to it; ``crossing``: the same on words with a crossing (reordered) link."""
 
     accuracy: Tensor  # (L, h)
     crossing: Tensor  # (L, h)
@@ -46,9 +41,8 @@ class AlignmentScore:
 
 
 def word_index(tokens: Sequence[str], n_words: int) -> list[int] | None:
-    """Word number of each subword: a word starts at each ``▁``-initial piece (the Metaspace
-    pre-tokenizer marks every whitespace-separated word so; punctuation split off a word stays in
-    it). ``None`` when the count disagrees with ``n_words`` (e.g. another pre-tokenizer)."""
+    """Word number of each subword (a word starts at each ``▁``-initial piece); ``None`` when
+    the count disagrees with ``n_words`` (another pre-tokenizer)."""
     words, current = [], -1
     for t in tokens:
         current += t.startswith("▁")
@@ -61,9 +55,14 @@ def crossing_words(links: Sequence[tuple[int, int]]) -> set[int]:
     return {j for i, j in links for i2, j2 in links if (i - i2) * (j - j2) < 0}
 
 
-def _inside(links: Sequence[tuple[int, int]], n_src: int, n_tgt: int) -> bool:
-    """Some links, all within the sentence (else: another tokenizer, or a bad alignment file)."""
-    return bool(links) and all(i < n_src and j < n_tgt for i, j in links)
+def _inside(
+    links: Sequence[tuple[int, int]], src_words: list[int] | None, tgt_words: list[int] | None
+) -> bool:
+    """Both sides mapped to words, and some links, all within them (else: another tokenizer, or
+    a bad alignment file)."""
+    if src_words is None or tgt_words is None:
+        return False
+    return bool(links) and all(i <= src_words[-1] and j <= tgt_words[-1] for i, j in links)
 
 
 def alignment_accuracy(
@@ -73,8 +72,7 @@ def alignment_accuracy(
     alignments: Sequence[Sequence[tuple[int, int]]],
     batch_size: int = 32,
 ) -> AlignmentScore:
-    """Score every cross-attention head against gold word alignments (Pharaoh ``i-j``, 0-based
-    source word i, target word j) with teacher forcing on the reference target."""
+    """Score every cross-attention head against gold links, teacher-forced on the reference."""
     L, h = len(model.decoder), model.cfg.h
     correct, cross_correct = torch.zeros(L, h), torch.zeros(L, h)
     words = n_crossing = used = skipped = 0
@@ -88,11 +86,7 @@ def alignment_accuracy(
             (src, tgt), links = encs[b], alignments[k]
             src_words = word_index(src.tokens, len(pairs[k][0].split()))
             tgt_words = word_index(tgt.tokens, len(pairs[k][1].split()))
-            if (
-                src_words is None
-                or tgt_words is None
-                or not _inside(links, src_words[-1] + 1, tgt_words[-1] + 1)
-            ):
+            if not _inside(links, src_words, tgt_words):
                 skipped += 1
                 continue
             used += 1
@@ -116,14 +110,8 @@ def alignment_accuracy(
             cross_correct += hit[..., crossing].sum(dim=-1)
             words += len(linked)
             n_crossing += int(crossing.sum())
-    return AlignmentScore(
-        correct / max(words, 1),
-        cross_correct / max(n_crossing, 1),
-        words,
-        n_crossing,
-        used,
-        skipped,
-    )
+    accuracy, on_crossing = correct / max(words, 1), cross_correct / max(n_crossing, 1)
+    return AlignmentScore(accuracy, on_crossing, words, n_crossing, used, skipped)
 
 
 def read_aligned_corpus(

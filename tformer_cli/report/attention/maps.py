@@ -1,13 +1,9 @@
-"""The collected attention weights and the types every view of them shares.
+"""The collected attention weights and the types every view shares.
 
 The weights come from one teacher-forced pass over (source + ``</s>``, ``<s>`` + the chosen
-hypothesis) with every attention sublayer on its explicit path (``Transformer.record_attention``).
-That pass computes exactly what cached decoding computed step by step, so for beam search the
-weights follow the chosen hypothesis. Rows of cross- and decoder self-attention are labelled with
-the token *generated* at that step (decoder input ``<s> y_1 .. y_{n-1}`` predicts ``y_1 .. y_n``).
-
-Layers and heads are numbered from 1 in everything a person reads; tensors are 0-based.
-"""
+hypothesis), which computes what cached decoding computed step by step. Rows of cross- and
+decoder self-attention are labelled with the token *generated* at that step. Layers and heads
+are numbered from 1 in everything a person reads; tensors are 0-based."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
 from tformer_cli.model import Transformer
 
-KINDS = ("cross", "encoder", "decoder")
-KIND_NAMES = {
+KIND_NAMES = {  # the kinds of attention maps, in order, and what each is
     "cross": "cross-attention (target → source)",
     "encoder": "encoder self-attention (source → source)",
     "decoder": "decoder self-attention (target → target prefix, causal)",
@@ -32,11 +27,8 @@ KIND_NAMES = {
 
 @dataclass(frozen=True)
 class AttentionMaps:
-    """Every attention weight of one sentence pair.
-
-    ``weights[kind]`` has shape (L, h, rows, cols): ``encoder`` (S, S), ``decoder`` (T, T) and
-    ``cross`` (T, S), with S = len(src_tokens) (``</s>`` included) and T = len(tgt_tokens).
-    """
+    """Every attention weight of one sentence pair: ``weights[kind]`` (L, h, rows, cols) is
+    (S, S) for ``encoder``, (T, T) for ``decoder``, (T, S) for ``cross``."""
 
     source: str
     translation: str
@@ -58,12 +50,9 @@ class AttentionMaps:
 def collect(
     model: Transformer, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
 ) -> dict[str, Tensor]:
-    """Attention weights of a batch of pairs by kind, each (B, L, h, rows, cols), fp32 on CPU.
-
-    ``sources`` are token ids without ``</s>``; ``targets`` are the tokens to generate (``</s>``
-    included when the hypothesis finished): the decoder is fed ``<s>`` + all but the last. Rows
-    and columns past a pair's own lengths are padding (right-padded with zeros).
-    """
+    """Attention weights of a batch of pairs by kind, each (B, L, h, rows, cols), fp32 on CPU,
+    right-padded with zeros. ``sources``: ids without ``</s>``; ``targets``: the tokens to
+    generate (``</s>`` included when finished); the decoder reads ``<s>`` + all but the last."""
     src = pad([[*s, EOS_ID] for s in sources]).to(next(model.parameters()).device)  # (B, S)
     y = pad([[BOS_ID, *t[:-1]] for t in targets]).to(src.device)  # (B, T)
     model.record_attention(True)
@@ -72,7 +61,7 @@ def collect(
         modules = model.attention_modules()
         out = {
             kind: torch.stack([m.weights for m in modules[kind]], dim=1).float().cpu()
-            for kind in KINDS
+            for kind in KIND_NAMES
         }  # L x (B, h, rows, cols) -> (B, L, h, rows, cols)
     finally:
         model.record_attention(False)

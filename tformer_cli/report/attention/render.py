@@ -1,9 +1,7 @@
-"""Drawing attention maps: a rich terminal heatmap, SVG, self-contained HTML, PNG (matplotlib,
-optional; these three with ``picture.py``) and JSON. Pure functions from the types of ``maps``.
+"""Attention maps drawn: in the terminal, as SVG, HTML and PNG (with ``picture.py``), and JSON.
 
-Every picture has rows = queries (target tokens for cross- and decoder self-attention) and
-columns = keys (source tokens, or the target prefix), a colour scale from 0 to 1, and a mark on
-the strongest cell of each row.
+Rows are queries (the generated target tokens, or the source for the encoder), columns keys,
+weights coloured from 0 to 1, and each row's strongest cell marked.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from torch import Tensor
 
 from tformer_cli.report import picture
 from tformer_cli.report.attention.maps import AttentionMaps, HeadRow, Heatmap, View
-from tformer_cli.report.picture import element, escape, text, title
+from tformer_cli.report.picture import CHAR_W, element, escape, text, title
 
 # matplotlib's viridis at 10 even steps: dark purple (0) -> yellow (1), readable in grey too.
 VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e",
@@ -60,10 +58,8 @@ def plain(token: str) -> str:
 
 # ---------------------------------------------------------------------------- terminal
 def _panel_text(panel: Heatmap, rows: Sequence[str], cols: Sequence[str], color: bool) -> Text:
-    """One heatmap as text: vertical column labels, row labels, one CELL-wide cell per weight,
-    for the first len(cols) columns. The strongest cell of each row (over all columns) shows its
-    weight in percent instead of a shade.
-    """
+    """One heatmap as text over the first len(cols) columns: labels written downwards, a shade
+    per weight, each row's strongest cell (over all columns) as its weight in percent."""
     w = panel.weights  # (rows, all columns)
     label_w = max(len(crop(r)) for r in rows)
     col_labels = [crop(c) for c in cols]
@@ -106,10 +102,8 @@ def legend(color: bool) -> Text:
 
 
 def view_terminal(view: View, width: int = 100, color: bool = True) -> RenderableType:
-    """The view's panels side by side as far as ``width`` allows, else one after another.
-
-    Columns that do not fit are cropped, with a note saying how many are shown.
-    """
+    """The view's panels side by side as far as ``width`` allows; columns that do not fit are
+    cropped, with a note."""
     rows, cols = [plain(t) for t in view.row_labels], [plain(t) for t in view.col_labels]
     label_w = max(len(crop(r)) for r in rows)
     fit = max(1, (width - label_w - 1) // CELL)
@@ -134,11 +128,16 @@ def view_terminal(view: View, width: int = 100, color: bool = True) -> Renderabl
     return Group(head, grid, Text(), legend(color), *(Text(n, style="yellow") for n in notes))
 
 
+def head_cells(row: HeadRow, aligned: bool) -> list[str]:
+    """A head's numbers as the per-head tables show them."""
+    cells = [str(row.layer), str(row.head), f"{row.entropy:.2f}"]
+    return cells + ([f"{row.alignment:.1%}", f"{row.crossing:.1%}"] if aligned else [])
+
+
 def summary_table(
     rows: Sequence[HeadRow], kind: str, best: tuple[int, int] | None, width: int = 100
 ) -> Table:
-    """Per layer and head: entropy, alignment accuracy (cross, toy) and the strongest column of
-    each row, cropped to ``width``. The best-aligned head is highlighted."""
+    """Per head: entropy, alignment accuracy, each row's strongest column; the best head bold."""
     table = Table(title=f"{kind} attention per head", title_justify="left")
     names = ["layer", "head", "entropy (bits)"]
     aligned = any(r.alignment is not None for r in rows)
@@ -154,20 +153,14 @@ def summary_table(
         overflow="ellipsis",
         max_width=max(10, width - fixed),
     )
-    for r in rows:
-        cells = [str(r.layer), str(r.head), f"{r.entropy:.2f}"]  # no_wrap: headers are widest
-        if aligned:
-            cells += [f"{r.alignment:.1%}", f"{r.crossing:.1%}"]
-        cells.append(" ".join(plain(t) for t in r.strongest))
+    for r in rows:  # no_wrap: the headers are wider than the numbers
+        cells = [*head_cells(r, aligned), " ".join(plain(t) for t in r.strongest)]
         star = best is not None and (r.layer - 1, r.head - 1) == best
         table.add_row(*cells, style="bold green" if star else None)
     return table
 
 
 # ---------------------------------------------------------------------------- SVG / HTML
-CHAR_W = 6.6  # average glyph width at 11 px, for layout
-
-
 def _heatmap_svg(
     heading: str, w: Tensor, rows: Sequence[str], cols: Sequence[str], c: float
 ) -> tuple[list[str], tuple[float, float]]:
@@ -219,9 +212,7 @@ def view_svg(view: View, source: str = "", translation: str = "", note: str = ""
     bar = element("rect", x=62, y=y0, width=200, height=14, fill="url(#scale)", stroke="#888")
     body += [text(10, y0 + 11, "weight 0", 11), bar, text(268, y0 + 11, "1", 11)]
     for k, (elements, _) in enumerate(panels):
-        x, y = (k % per_row) * pw, header + (k // per_row) * ph
-        move = f"translate({x:.1f} {y:.1f})"
-        body.append(element("g", "".join(elements), transform=move))
+        body.append(picture.group(elements, (k % per_row) * pw, header + (k // per_row) * ph))
     crisp = "rect{shape-rendering:crispEdges}"  # no seams between cells
     return picture.svg_document(round(width), round(header + n_rows * ph), body, crisp)
 
@@ -235,11 +226,7 @@ def view_html(
         aligned = any(r.alignment is not None for r in rows)
         head = ["layer", "head", "entropy (bits)"]
         head += ["alignment accuracy", "on crossing links"] if aligned else []
-        cells = [
-            [r.layer, r.head, f"{r.entropy:.2f}"]
-            + ([f"{r.alignment:.1%}", f"{r.crossing:.1%}"] if aligned else [])
-            for r in rows
-        ]
+        cells = [head_cells(r, aligned) for r in rows]
         caption = "Entropy: mean bits per row on this sentence (0 = one position). " + (
             "Alignment accuracy: share of gold-aligned target words of the toy test split "
             "whose strongest source word is an aligned one; crossing: the same for reordered "
@@ -283,9 +270,7 @@ def view_png(view: View, path: Path, source: str = "", translation: str = "") ->
             ax.set_ylabel(axis_names(view.kind)[0], fontsize=8)
     fig.colorbar(image, ax=grid, shrink=0.6, label="attention weight (dot: strongest per row)")
     lines = [view.title, f"columns: {axis_names(view.kind)[1]}"]
-    lines += [
-        f"{name}: {text}" for name, text in (("source", source), ("translation", translation))
-    ]
+    lines += [f"source: {source}", f"translation: {translation}"]
     fig.suptitle("\n".join(lines), fontsize=9)
     picture.save_png(fig, path, 150)
 

@@ -1,9 +1,5 @@
-"""Attention inspection, the command: pick the panels asked for (``--kind/--layer/--head``),
-measure each head (entropy, agreement with gold word alignments), and show them.
-
-Collecting the weights lives in ``maps``, scoring heads against gold alignments in ``align``,
-drawing in ``render``.
-"""
+"""`tformer inspect-attention`: the panels asked for (``--kind/--layer/--head``), each head's
+entropy and agreement with gold word alignments (``align``), shown by ``render``."""
 
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ from tformer_cli.report.attention.align import (
 )
 from tformer_cli.report.attention.maps import (
     KIND_NAMES,
-    KINDS,
     AttentionMaps,
     HeadRow,
     Heatmap,
@@ -46,7 +41,7 @@ from tformer_cli.report.picture import check_picture, save_picture
 def _parse_index(
     value: str, count: int, option: str, noun: str, words: tuple[str, ...]
 ) -> int | str:
-    """A 1-based number in 1..count (returned 0-based) or one of ``words``; else a clear error."""
+    """A 1-based number in 1..count (returned 0-based) or one of ``words``."""
     value = value.strip().lower()
     if value in words:
         return value
@@ -61,8 +56,9 @@ def _parse_index(
 
 
 def check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise TformerError(f"unknown attention kind {kind!r} (choose from: {', '.join(KINDS)})")
+    if kind not in KIND_NAMES:
+        kinds = ", ".join(KIND_NAMES)
+        raise TformerError(f"unknown attention kind {kind!r} (choose from: {kinds})")
 
 
 def check_selection(
@@ -84,10 +80,7 @@ def select(
     head: str = "all",
     accuracy: Tensor | None = None,
 ) -> View:
-    """The panels for ``--kind/--layer/--head`` (numbers 1-based; ``last``/``all``/``mean``).
-
-    With ``accuracy`` (L, h), each head's title also gives its alignment accuracy.
-    """
+    """The panels for ``--kind/--layer/--head``, with each head's alignment ``accuracy`` if any."""
     w = maps.weights.get(kind)  # (L, h, rows, cols)
     L, h = w.shape[:2] if w is not None else (0, 0)
     li, hi = check_selection(kind, layer, head, L, h)
@@ -100,12 +93,9 @@ def select(
             )
             continue
         for j in range(h) if hi == "all" else [int(hi)]:
-            title, short = f"layer {i + 1} · head {j + 1}", f"L{i + 1} H{j + 1}"
-            if accuracy is not None:
-                title, short = (
-                    f"{title} · aligned {accuracy[i, j]:.0%}",
-                    f"{short} {accuracy[i, j]:.0%}",
-                )
+            score = "" if accuracy is None else f"{accuracy[i, j]:.0%}"
+            title = f"layer {i + 1} · head {j + 1}" + (f" · aligned {score}" if score else "")
+            short = f"L{i + 1} H{j + 1}" + (f" {score}" if score else "")
             panels.append(Heatmap(title, short, w[i, j]))
     which = "all layers" if li == "all" else f"layer {layers[0] + 1} of {L}"
     rows, cols = maps.labels(kind)
@@ -116,10 +106,7 @@ def select(
 
 # ---------------------------------------------------------------------------- measures
 def entropy_bits(weights: Tensor) -> Tensor:
-    """Mean over query rows of H(row) = -sum_j p_j log2 p_j, in bits: (..., rows, cols) -> (...).
-
-    0 bits: all attention on one position; log2(n) bits: spread evenly over n positions.
-    """
+    """Mean over query rows of H(row) = -sum_j p_j log2 p_j, in bits: (..., rows, cols) -> (...)."""
     p = weights.clamp_min(1e-30)
     return -(weights * p.log2()).sum(dim=-1).mean(dim=-1)
 
@@ -127,8 +114,7 @@ def entropy_bits(weights: Tensor) -> Tensor:
 def summary_rows(
     maps: AttentionMaps, kind: str, score: AlignmentScore | None = None
 ) -> list[HeadRow]:
-    """Every (layer, head) of a kind: entropy on this sentence, the strongest column of each row,
-    and (cross-attention, with gold alignments) the alignment accuracy."""
+    """Every (layer, head) of a kind: entropy, each row's strongest column, alignment accuracy."""
     w = maps.weights[kind]  # (L, h, rows, cols)
     entropy, strongest = entropy_bits(w), w.argmax(dim=-1)  # (L, h), (L, h, rows)
     cols = maps.labels(kind)[1]
@@ -152,11 +138,9 @@ ALIGNED = "\naligned: share of gold-aligned target words whose strongest source 
 
 @dataclass(frozen=True)
 class AttentionRequest:
-    """What `tformer inspect-attention` shows of a run: the panels (``kind``; ``layer`` and
-    ``head``, numbers from 1 or ``last``/``all``/``mean``) of the translation that ``beam``
-    finds (1: greedy), with, for cross-attention of a run trained on toy, each head's alignment
-    accuracy on ``align_sentences`` toy test sentences (``align``); where the run is loaded
-    (``device``, ``precision``) and how its decode step runs (``compile``)."""
+    """What `tformer inspect-attention` shows of a run: the panels, the search (``beam``), each
+    cross-attention head's alignment accuracy on ``align_sentences`` toy test sentences
+    (``align``), and where the run is loaded."""
 
     kind: str = "cross"
     layer: str = "last"
@@ -170,8 +154,7 @@ class AttentionRequest:
 
 
 def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
-    """Translate ``text`` (the best hypothesis of ``cfg``'s search) and collect every
-    attention map of that pair: what `tformer inspect-attention` and `tformer serve` show."""
+    """Translate ``text`` with ``cfg``'s search and collect every attention map of that pair."""
     src_ids = encode(run.tokenizer, [text])[0]
     if not src_ids:
         raise TformerError("nothing to translate: the text is empty")
@@ -188,8 +171,7 @@ def attend(run: LoadedRun, text: str, cfg: DecodeConfig) -> AttentionMaps:
 
 
 def alignment(run: LoadedRun, request: AttentionRequest) -> tuple[AlignmentScore | None, str]:
-    """Each cross-attention head's alignment accuracy on the toy test split (only for runs
-    trained on toy), or ``None`` with a note saying why not."""
+    """Each cross-attention head's toy alignment accuracy, or ``None`` with a note why not."""
     if not request.align or request.kind != "cross":
         return None, ""
     if run.config.train.data != "toy":
@@ -218,9 +200,8 @@ def inspect_attention(
     save: Path | None = None,
     json_path: Path | None = None,
 ) -> None:
-    """``tformer inspect-attention``: translate, print the heatmap(s) and the per-head summary,
-    and write the picture (``save``: .svg, .html or .png) and JSON asked for. Bad options fail
-    before any work."""
+    """Translate, print the heatmaps and the per-head summary, and write the picture (``save``)
+    and JSON asked for; bad options fail before any work."""
     kind = request.kind
     check_kind(kind)
     check_picture(save)
@@ -245,21 +226,15 @@ def inspect_attention(
     if note:
         out.print(note, markup=False)
     if save is not None:
-        save_view(save, view, maps, rows, note + (ALIGNED if score is not None else ""), note)
+        legend = note + (ALIGNED if score is not None else "")  # the SVG's; the page has the table
+        save_picture(
+            save,
+            svg=lambda: render.view_svg(view, maps.source, maps.translation, legend),
+            html=lambda: render.view_html(view, maps.source, maps.translation, rows, note),
+            png=lambda tmp: render.view_png(view, tmp, maps.source, maps.translation),
+        )
         err.print(f"wrote {save}", markup=False, highlight=False)
     if json_path is not None:
         extra = {"alignment_note": note} if note else {}
         atomic_write_text(json_path, render.to_json(maps, rows, extra))
         err.print(f"wrote {json_path}", markup=False, highlight=False)
-
-
-def save_view(
-    path: Path, view: View, maps: AttentionMaps, rows: list[HeadRow], legend: str, note: str
-) -> None:
-    """The picture: .png (matplotlib), .svg (with ``legend``) or .html (with the summary)."""
-    save_picture(
-        path,
-        svg=lambda: render.view_svg(view, maps.source, maps.translation, legend),
-        html=lambda: render.view_html(view, maps.source, maps.translation, rows, note),
-        png=lambda tmp: render.view_png(view, tmp, maps.source, maps.translation),
-    )
