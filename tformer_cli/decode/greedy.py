@@ -1,5 +1,5 @@
 """One step of batched greedy decoding after the model's: the choice of each row's next token and
-the rows' bookkeeping. The search loop (``search.greedy_search``) runs it as tensor operations;
+the rows' bookkeeping. The search loop (``search.batched_greedy``) runs it as tensor operations;
 the compiled CPU step (``aot``) runs the same function inside its library, so that a greedy step
 is one call with no Python between the model and the choice."""
 

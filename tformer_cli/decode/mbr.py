@@ -62,7 +62,7 @@ def matches(a: NGrams, b: NGrams) -> list[int]:
     return [len(x & y) for x, y in zip(a.copies, b.copies, strict=True)]
 
 
-def chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
+def sentence_chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     """Sentence chrF (Popović 2015) as sacrebleu >= 2 computes it: precision P and recall R
     averaged over the orders where both sentences have n-grams (the effective order), then
     F_beta = (1 + beta^2) P R / (beta^2 P + R), times 100; 0 when nothing matches."""
@@ -80,7 +80,7 @@ def chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     return 100 * ((1 + b2) * P * R / (b2 * P + R))
 
 
-def bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
+def sentence_bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     """Sentence BLEU (Papineni et al. 2002) as sacrebleu's ``BLEU(effective_order=True)``: the
     geometric mean of p_n = m_n / t_n over the orders where the hypothesis has n-grams, with
     'exp' smoothing (the k-th order without a match gets p_n = 1 / (2^k t_n), as NIST's
@@ -102,7 +102,10 @@ def bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
 
 
 Utility = tuple[Callable[[str], NGrams], Callable[[NGrams, NGrams, list[int]], float]]
-UTILITIES: dict[str, Utility] = {"chrf": (chrf_ngrams, chrf), "bleu": (bleu_ngrams, bleu)}
+UTILITIES: dict[str, Utility] = {
+    "chrf": (chrf_ngrams, sentence_chrf),
+    "bleu": (bleu_ngrams, sentence_bleu),
+}
 
 
 def utility_matrix(texts: Sequence[str], utility: str = "chrf") -> list[list[float]]:

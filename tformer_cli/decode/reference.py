@@ -125,7 +125,7 @@ def greedy_search_cached(model: Transformer, source: list[int], cfg: DecodeConfi
     """``greedy_search`` with the KV cache: the source is encoded once, and each step feeds the
     decoder only its newest token, whose keys and values the cache keeps for the steps after
     (``Transformer.decode`` writes them at slot ``cache.pos``, then advances it). The batched
-    ``search.greedy_search`` computes the same for many sentences at once."""
+    ``search.batched_greedy`` computes the same for many sentences at once."""
     src, limit = as_source(model, source, cfg)
     memory, src_mask = model.encode(src)  # (1, S, d), (1, 1, 1, S): once
     cache = model.init_cache(memory, src_mask, limit)  # a slot for each token fed

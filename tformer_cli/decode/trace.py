@@ -2,7 +2,7 @@
 step (each live hypothesis, its ``top`` most probable next tokens and what became of them, and
 its cross-attention row), for teaching.
 
-The traced search is ``search.greedy_search`` or ``search.beam_search`` itself, for one
+The traced search is ``search.batched_greedy`` or ``search.batched_beam`` itself, for one
 sentence, with a ``Recorder`` observing each step, so it ends with the same hypotheses and
 scores (tracing off costs a check a step). The cross-attention rows come afterwards from one
 teacher-forced pass over every recorded prefix, so the traced step computes exactly what the
@@ -24,7 +24,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
 from tformer_cli.decode.reference import Hypothesis
-from tformer_cli.decode.search import Models, as_list, beam_search, greedy_search
+from tformer_cli.decode.search import Models, as_list, batched_beam, batched_greedy
 from tformer_cli.model import Transformer
 
 KEPT, PRUNED, FINISHED = "kept", "pruned", "finished"
@@ -138,7 +138,7 @@ class Recorder:
         self.final: list[Hypothesis] = []  # greedy's, its log-probability summed in Python
 
     def greedy(self, logp: Tensor, token: Tensor, alive: Tensor) -> None:
-        """A step of ``greedy_search``: the argmax ``token`` (1,) kept, or finished where it
+        """A step of ``batched_greedy``: the argmax ``token`` (1,) kept, or finished where it
         ends the row (``</s>`` or the length limit); the log-probabilities summed in Python."""
         if self.done:
             return
@@ -155,7 +155,7 @@ class Recorder:
         self, logp: Tensor, beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor,
         scores: Tensor, done: Tensor,
     ) -> None:  # fmt: skip
-        """A step of ``beam_search`` (one sentence): the 2k best continuations (``beam``,
+        """A step of ``batched_beam`` (one sentence): the 2k best continuations (``beam``,
         ``token``: (1, 2k)), those that ``ends``, the k kept (``pos``) and their ``scores``."""
         if self.done:
             return
@@ -198,11 +198,11 @@ def trace_search(
     how the decode step runs, as for the untraced search."""
     models, seen = as_list(model), Recorder(top)
     if cfg.beam == 1:
-        greedy_search(models, src, replace(cfg, sampling=None), True, compile, observe=seen.greedy)
+        batched_greedy(models, src, replace(cfg, sampling=None), True, compile, observe=seen.greedy)
         final = seen.final
     else:
         beam = replace(cfg, nbest=cfg.beam)
-        final = beam_search(models, src, beam, True, compile, observe=seen.beam)[0]
+        final = batched_beam(models, src, beam, True, compile, observe=seen.beam)[0]
     traced = Trace(src[0, :-1].tolist(), cfg.beam, cfg.alpha, seen.steps, final)
     lives = [h for step in traced.steps for h in step]
     for h, row in zip(lives, cross_rows(models[0], src, [h.tokens for h in lives]), strict=True):

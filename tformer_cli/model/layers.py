@@ -72,9 +72,6 @@ class Embeddings(nn.Module):
         return dropout(fast.autocast_stream(x), self.p, self.training)
 
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "silu": F.silu}
-
-
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3); with ``activation`` silu,
     SiLU(z) = z * sigmoid(z) in place of max(0, z), as Marian's models use. Dropout is applied to
@@ -83,7 +80,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu") -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.act = ACTIVATIONS[activation]
+        self.act: Callable[[Tensor], Tensor] = {"relu": torch.relu, "silu": F.silu}[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(self.act(self.w_1(x)))  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)

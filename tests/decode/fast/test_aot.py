@@ -259,8 +259,8 @@ def test_a_search_of_one_row_runs_on_one_thread_and_gives_the_threads_back(
     """Greedy at batch 1 or 2 (and one sample) on one thread, beam 5 or three sentences on
     all; the count is restored after, and after an error."""
     seen = []
-    monkeypatch.setattr(search_module, "greedy_search", lambda *a: seen.append(threads()) or [])
-    monkeypatch.setattr(search_module, "beam_search", lambda *a: seen.append(threads()) or [])
+    monkeypatch.setattr(search_module, "batched_greedy", lambda *a: seen.append(threads()) or [])
+    monkeypatch.setattr(search_module, "batched_beam", lambda *a: seen.append(threads()) or [])
     torch.set_num_threads(2)
     vocab = trained_model.cfg.vocab_size
     one, two, three = (sources(n, vocab, 30 + n) for n in (1, 2, 3))
@@ -271,7 +271,7 @@ def test_a_search_of_one_row_runs_on_one_thread_and_gives_the_threads_back(
     search(trained_model, three, DecodeConfig())
     search(trained_model, two, DecodeConfig(sampling="sample", nbest=2))
     assert seen == [1, 1, 1, 2, 2, 2] and threads() == 2
-    monkeypatch.setattr(search_module, "greedy_search", lambda *a: 1 / 0)
+    monkeypatch.setattr(search_module, "batched_greedy", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         search(trained_model, one, DecodeConfig())
     assert threads() == 2

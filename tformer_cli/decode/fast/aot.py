@@ -42,7 +42,7 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
-FORMAT = 3  # bump when the exported step's inputs or outputs change
+STEP_FORMAT = 3  # bump when the exported step's inputs or outputs change
 BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
 # Inductor's options for the build: weights folded in as constants (freezing), and for a step of
 # few rows its own C++ matrix kernels where they beat the library's (max_autotune: tuned at the
@@ -80,7 +80,7 @@ def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = 
     (``build_seconds``)."""
     h = hashlib.sha256()
     build = (INDUCTOR[many], many)
-    meta = (FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
+    meta = (STEP_FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
