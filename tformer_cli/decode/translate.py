@@ -47,15 +47,25 @@ class Translation:
     seconds: float
 
 
-def check_lengths(lengths: list[int], limit: int, first: int) -> None:
-    """An error naming the first source longer than ``limit`` tokens, ``</s>`` included, by
-    its number counted from ``first``."""
-    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
+def blank_results(
+    sources: Sequence[Sequence[int]],
+    limit: int,
+    first: int,
+    on_batch: Callable[[int], None] | None,
+) -> tuple[list[Translation], list[int]]:
+    """An empty translation for each source, kept for blank ones (``on_batch`` hears of them),
+    and the indices of the others; an error naming the first source longer than ``limit``
+    tokens, ``</s>`` included, by its number counted from ``first``."""
+    too_long = next((i for i, s in enumerate(sources) if len(s) + 1 > limit), None)
     if too_long is not None:
         raise TformerError(
-            f"input {first + too_long} has {lengths[too_long]} tokens;"
+            f"input {first + too_long} has {len(sources[too_long]) + 1} tokens;"
             f" this model reads at most {limit}"
         )
+    real = [i for i, s in enumerate(sources) if s]
+    if on_batch is not None and len(real) < len(sources):
+        on_batch(len(sources) - len(real))
+    return [Translation([Hypothesis([], 0.0, 0.0)], 0.0)] * len(sources), real
 
 
 def translate_ids(
@@ -77,17 +87,11 @@ def translate_ids(
     models = as_list(model)
     device = next(models[0].parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
-    lengths = [len(s) + 1 for s in sources]
-    check_lengths(lengths, min(m.cfg.max_positions for m in models), first)
-    empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
-    results = [None if s else empty for s in sources]
-    real = [i for i, s in enumerate(sources) if s]
-    if on_batch is not None and len(real) < len(sources):
-        on_batch(len(sources) - len(real))
+    limit = min(m.cfg.max_positions for m in models)
+    results, real = blank_results(sources, limit, first, on_batch)
     rows = cfg.nbest if cfg.sampling is not None else cfg.beam  # per sentence
-    for sub in token_batches(
-        [lengths[i] for i in real], batching.max_tokens, max_sentences=batching.max_sentences
-    ):
+    lengths = [len(sources[i]) + 1 for i in real]
+    for sub in token_batches(lengths, batching.max_tokens, max_sentences=batching.max_sentences):
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
@@ -101,7 +105,7 @@ def translate_ids(
             results[i] = Translation(hyps, seconds)
         if on_batch is not None:
             on_batch(len(batch))
-    return results  # type: ignore[return-value]
+    return results
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,7 @@ MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # what MarianTokenize
 
 
 def quiet_transformers() -> None:
-    """No progress bars, info lines or warnings from ``transformers``: the command says what
-    it did in one line, and stderr keeps to errors."""
+    """No progress bars, info lines or warnings from ``transformers``."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
@@ -80,15 +79,10 @@ def marian_refusal(cfg: ModelConfig) -> str | None:
 
 
 def export_hf(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run as a ``MarianMTModel`` folder that transformers' ``AutoTokenizer`` and
-    ``AutoModelForSeq2SeqLM`` load (and, in transformers 4, ``pipeline("translation")``):
-    config (with the run's own settings under ``tformer``), safetensors weights, a
-    ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending ``</s>`` to each source; an
-    import's target tokenizer beside it) and a generation config: greedy (``generate()`` finds
-    what ``translate --greedy`` finds) within the model's positions. The run's ``beam_alpha``
-    stays under ``tformer`` only: transformers' ``length_penalty`` divides by |Y|^alpha, not by
-    GNMT's ((5 + |Y|) / 6)^alpha, and the same alpha would rank beams otherwise. Whole or not at
-    all."""
+    """Write the run, whole or not at all, as a ``MarianMTModel`` folder that transformers'
+    ``AutoTokenizer`` and ``AutoModelForSeq2SeqLM`` load, with a greedy generation config. The
+    run's ``beam_alpha`` stays under ``tformer`` only: transformers' ``length_penalty`` divides
+    by |Y|^alpha, not by GNMT's ((5 + |Y|) / 6)^alpha."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
     quiet_transformers()
@@ -151,8 +145,8 @@ def tokenizer_json(raw: dict[str, Any]) -> str:
 
 
 def run_settings(config: RunConfig) -> dict[str, Any]:
-    """What an export keeps of the run's ``config.json``: its model settings, the training
-    settings that decoding reads (``TRAVELS``), and its data where they name no local path."""
+    """What an export keeps of the run's ``config.json``: the model, ``TRAVELS``, and its data
+    where they name no local path."""
     train = {name: getattr(config.train, name) for name in TRAVELS}
     data = config.train.data
     train["data"] = data if data == "toy" or data.startswith("hf:") else "none"
@@ -161,8 +155,7 @@ def run_settings(config: RunConfig) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- import
 class Made(NamedTuple):
-    """A run about to be written: its settings, weights and tokenizers (the JSON of each file:
-    ``tokenizer.json``, and ``target_tokenizer.json`` where the target side's differs)."""
+    """A run about to be written: its settings, weights and tokenizers' JSON by file name."""
 
     model: ModelConfig
     train: TrainConfig
@@ -171,9 +164,8 @@ class Made(NamedTuple):
 
 
 def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
-    """Make ``runs_dir/name`` a run from a Marian checkpoint: ``hf:NAME`` (the Hub, or its
-    cache with ``HF_HUB_OFFLINE=1``) or a folder; one of tformer's exports (``--to hf``) comes
-    back as the run it was. Whole or not at all."""
+    """Make ``runs_dir/name`` a run, whole or not at all, from a Marian checkpoint (``hf:NAME``
+    or a folder); one of tformer's exports comes back as the run it was."""
     run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
     if run_dir.exists():
         raise TformerError(f"{run_dir} already exists: give the import another --name")
@@ -191,9 +183,7 @@ def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = Non
 
 
 def marian_config(source: str) -> tuple[str, Any]:
-    """Where ``transformers`` finds ``source`` (``hf:NAME`` or a folder), and its Marian config;
-    one-line errors for an unreachable Hub, a missing model, a CTranslate2 export or a folder
-    that is not a Marian checkpoint."""
+    """Where ``transformers`` finds ``source`` (``hf:NAME`` or a folder), and its Marian config."""
     from transformers import AutoConfig
 
     quiet_transformers()
@@ -217,8 +207,7 @@ def marian_config(source: str) -> tuple[str, Any]:
 
 
 def marian_model(source: str, where: str) -> Any:
-    """The ``MarianMTModel`` at ``where``, in eval mode; a one-line error for missing or corrupt
-    weights."""
+    """The ``MarianMTModel`` at ``where``, in eval mode."""
     from transformers import MarianMTModel
 
     try:
@@ -228,8 +217,7 @@ def marian_model(source: str, where: str) -> Any:
 
 
 def marian_run(source: str, where: str, config: Any) -> Made:
-    """A Marian checkpoint as opus-mt's are laid out (SentencePiece per side, one vocabulary),
-    its ids permuted to tformer's special ids (see the module's docstring)."""
+    """A Marian checkpoint laid out as opus-mt's, its ids permuted to tformer's special ids."""
     from transformers import MarianTokenizer
 
     local = not source.startswith("hf:")  # a Hub model's files come with from_pretrained
@@ -266,9 +254,8 @@ def marian_run(source: str, where: str, config: Any) -> Made:
 
 
 def exported_run(source: str, where: str, config: Any) -> Made:
-    """One of tformer's exports as the run it was: its settings from the ``tformer`` entry,
-    the weights in its own ids (nothing banned, no output bias it did not have), its tokenizers'
-    JSON as the run had it (less the post-processor that appends ``</s>`` for transformers)."""
+    """One of tformer's exports as the run it was: its settings, weights and tokenizers' JSON
+    (less the post-processor that appends ``</s>`` for transformers)."""
     from transformers.utils import cached_file
 
     settings = getattr(config, SETTINGS)
@@ -304,8 +291,7 @@ def exported_run(source: str, where: str, config: Any) -> Made:
 
 def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
     """Our ``ModelConfig`` for a Marian config, and ``order``: Marian's id of each of our ids
-    (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order).
-    What tformer's model cannot express is a one-line error."""
+    (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order)."""
     refusals = {
         "it does not scale embeddings by sqrt(d_model)": not config.scale_embedding,
         "its encoder and decoder differ in heads or FFN width": (
@@ -362,10 +348,8 @@ def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
 
 
 def spm_pipeline(tok: Tokenizer, spec: Any, user_defined: list[str], byte_fallback: bool) -> None:
-    """Give ``tok`` the normalizer, pre-tokenizer and decoder of a SentencePiece model's
-    normalizer ``spec``, in SentencePiece's order, as ``transformers`` >= 5.24 converts them
-    (before, its converter added no dummy prefix): the character map, extra spaces removed,
-    spaces as ``▁``, the dummy prefix; user-defined pieces kept whole."""
+    """Give ``tok`` the normalizer, pre-tokenizer and decoder of a SentencePiece normalizer
+    ``spec``, as ``transformers`` >= 5.24 converts them; user-defined pieces kept whole."""
     steps: list[Any] = []
     if spec.precompiled_charsmap:
         steps.append(normalizers.Precompiled(spec.precompiled_charsmap))

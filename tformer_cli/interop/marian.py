@@ -1,15 +1,10 @@
 """tformer's Transformer and Hugging Face's ``MarianMTModel``, weight for weight.
 
-Both are post-LN encoder-decoders with sinusoidal positions, embeddings scaled by sqrt(d_model)
-and LayerNorms of epsilon 1e-5; they differ in where the position table puts its sines and
-cosines. Ours interleaves them (PE(pos, 2i) = sin, PE(pos, 2i+1) = cos); Marian's puts the
-sines in the first half of the model dimension and the cosines in the second. A fixed
-permutation P of the d_model coordinates maps one onto the other: ``marian[..., j] =
-tformer[..., P[j]]``. Applied to every tensor that reads or writes the residual stream
-(embeddings, each LayerNorm's gain and bias, the input columns of W^Q, W^K, W^V and W_1, the
-output rows and bias of W^O and W_2, the output layer's columns), it leaves every attention
-score and FFN activation unchanged: the two models compute the same function. Marian's fused
-heads are split into its q/k/v projections in the order of our fused W^Q|W^K|W^V.
+The two differ in where the position table puts its sines and cosines: ours interleaves them,
+Marian's puts the sines in the first half of the model dimension. A fixed permutation P of the
+d_model coordinates maps one onto the other (``marian[..., j] = tformer[..., P[j]]``); applied to
+every tensor that reads or writes the residual stream, it leaves every attention score and FFN
+activation unchanged.
 """
 
 from __future__ import annotations
@@ -21,16 +16,13 @@ from torch import Tensor
 
 from tformer_cli.config import ModelConfig
 
-VOCAB_KEYS = (
-    "model.shared.weight", "model.encoder.embed_tokens.weight",
-    "model.decoder.embed_tokens.weight", "lm_head.weight",
-)  # fmt: skip
 OURS_OF_VOCAB_KEY = {
     "model.shared.weight": "src_embed.tokens.weight",
     "model.encoder.embed_tokens.weight": "src_embed.tokens.weight",
     "model.decoder.embed_tokens.weight": "tgt_embed.tokens.weight",
     "lm_head.weight": "generator.weight",
 }
+VOCAB_KEYS = tuple(OURS_OF_VOCAB_KEY)  # the shared table first
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 
 

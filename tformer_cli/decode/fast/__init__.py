@@ -1,12 +1,7 @@
 """The decode step made fast, off the reading path: ``decode/step.py``'s eager step run another
-way, with the same results, where ``--compile`` asks for it and it pays (``choose``):
-
-- on the CPU (``auto``, ``on``), compiled ahead of time (``cpu``: when, and which build;
-  ``aot``: the build, a shared library kept on disk);
-- on CUDA (``auto``, ``on``), a CUDA graph per bucket (``graphs``); on other devices,
-  ``torch.compile`` (``on``);
-- over shapes rounded up to a few buckets where each shape costs a graph (``buckets``);
-- and a search of very few rows on one CPU thread (``threads``).
+way, with the same results (``choose``): compiled ahead of time on the CPU (``cpu``, ``aot``), a
+CUDA graph per bucket on CUDA or ``torch.compile`` elsewhere (``graphs``, ``buckets``), and a
+search of very few rows on one CPU thread (``threads``).
 """
 
 from __future__ import annotations
@@ -20,9 +15,7 @@ from tformer_cli.decode.fast.graphs import CudaGraphs, TorchCompiled, uses_cuda_
 
 
 def choose(eager: Eager, compile: str, on_notice: Callable[[str], None]) -> FastStep | None:
-    """How ``compile`` (``auto``, ``on`` or ``off``) runs the ``eager`` step on its model's
-    device: CUDA graphs on CUDA (``auto``, ``on``), the compiled step's policy on the CPU
-    (``auto``, ``on``), ``torch.compile`` elsewhere (``on``); None: eagerly."""
+    """How ``compile`` runs the ``eager`` step on its model's device; None: eagerly."""
     device = next(eager.model.parameters()).device
     if uses_cuda_graphs(device, compile):
         return CudaGraphs(eager)

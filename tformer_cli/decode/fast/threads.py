@@ -7,9 +7,7 @@ from contextlib import contextmanager
 
 import torch
 
-# Rows up to which a CPU search runs on one thread: at one or two rows the compiled step ran
-# faster on one thread than on two and the eager step as fast; at five (beam 5) and at eight,
-# two threads won (benchmarks/bench_threads.py, docs/speed.md).
+# Rows up to which a CPU search runs on one thread (benchmarks/bench_threads.py, docs/speed.md)
 ONE_THREAD_ROWS = 2
 
 
