@@ -3,11 +3,8 @@ Statistical Machine Translation"; Freitag et al. 2022, "High Quality Rather than
 Probability"): of N candidate translations, return the one with the highest expected utility
 against the candidates themselves, taken as pseudo-references drawn from the model.
 
-The utilities are sacrebleu's sentence chrF (``CHRF().sentence_score``) and sentence BLEU
-(``BLEU(effective_order=True).sentence_score``), recomputed from n-gram counts extracted once per
-distinct candidate: the N x N pairs then cost a set intersection per order, not a sacrebleu
-call that tokenizes and counts both sentences again. Match counts sum_g min(c_h(g), c_r(g)) are
-symmetric, so each unordered pair is intersected once and serves both directions.
+The utilities are sacrebleu's sentence chrF and BLEU, recomputed from n-gram counts extracted
+once per distinct candidate: each unordered pair then costs a set intersection per order.
 """
 
 from __future__ import annotations
@@ -29,10 +26,9 @@ _tokenize_13a = Tokenizer13a()  # sacrebleu's default BLEU tokenization
 
 @dataclass(frozen=True)
 class NGrams:
-    """A sentence's n-grams for n = 1..order and its length in units (characters without
-    whitespace for chrF, 13a tokens for BLEU). Each order's multiset is kept as the set of its
-    numbered copies {(g, k) : k < c(g)}, so that the clipped matches of two sentences,
-    sum_g min(c_a(g), c_b(g)) = |A ∩ B|, are one set intersection in C."""
+    """A sentence's n-grams for n = 1..order and its length in units. Each order's multiset is
+    the set of its numbered copies {(g, k) : k < c(g)}, so that the clipped matches of two
+    sentences, sum_g min(c_a(g), c_b(g)) = |A ∩ B|, are one set intersection."""
 
     copies: tuple[frozenset[tuple[str | tuple[str, ...], int]], ...]
     totals: tuple[int, ...]  # t_n = sum_g c(g) = |copies[n - 1]|
@@ -109,8 +105,8 @@ UTILITIES: dict[str, Utility] = {
 
 
 def utility_matrix(texts: Sequence[str], utility: str = "chrf") -> list[list[float]]:
-    """u[i][j]: the utility (``chrf`` or ``bleu``, 0..100) of ``texts[i]`` as the hypothesis
-    against ``texts[j]`` as the reference, equal to sacrebleu's ``sentence_score``."""
+    """u[i][j]: the utility (``chrf`` or ``bleu``, 0..100) of ``texts[i]`` against ``texts[j]``
+    as the reference, equal to sacrebleu's ``sentence_score``."""
     if utility not in UTILITIES:
         raise TformerError(f"unknown MBR utility {utility!r}: use one of {', '.join(UTILITIES)}")
     extract, score = UTILITIES[utility]
@@ -126,16 +122,10 @@ def utility_matrix(texts: Sequence[str], utility: str = "chrf") -> list[list[flo
 
 
 def mbr_select(candidates: Sequence[str], utility: str = "chrf") -> tuple[int, list[float]]:
-    """The index of the candidate of highest expected utility (the first such one on ties),
-    and each candidate's expected utility E_i = (1/N) sum_j u(y_i, y_j) over all N candidates
-    as equally weighted pseudo-references; ``utility`` is ``chrf`` or ``bleu`` (0..100).
-
-    Each candidate is compared with itself too: the sum is the Monte Carlo estimate of
-    E_{y ~ p}[u(y_i, y)] over the N samples, where a string drawn k times counts k times, its own
-    draw included. The self term u(y, y) is 100 for every non-empty y, so it leaves the ranking
-    of non-empty candidates as it would be against the others only, keeps N = 1 defined, and
-    counts duplicates uniformly. Each distinct string is scored once, weighted by its count.
-    """
+    """The index of the candidate of highest expected utility (the first on ties), and each
+    candidate's expected utility E_i = (1/N) sum_j u(y_i, y_j) over all N candidates, itself
+    included: the Monte Carlo estimate of E_{y ~ p}[u(y_i, y)], a string drawn k times counted
+    k times. Each distinct string is scored once, weighted by its count."""
     if not candidates:
         raise TformerError("MBR needs at least one candidate")
     count = Counter(candidates)
