@@ -266,8 +266,7 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     casts at every step)."""
     import torch
 
-    from tformer_cli.model.fast import column_major
-    from tformer_cli.model.quantize import quantize_int8
+    from tformer_cli.model.fast import column_major, quantize_int8
 
     if dtype == torch.qint8:
         return quantize_int8(net)

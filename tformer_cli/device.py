@@ -63,7 +63,7 @@ def resolve_precision(
     precision: str, device: torch.device, d_model: int = 512, inference: bool = False
 ) -> torch.dtype | None:
     """The compute dtype: ``None`` = fp32, bf16 (autocast), or, for inference on the CPU only
-    (``inference``), ``torch.qint8``: int8 Linear weights (``model/quantize.py``).
+    (``inference``), ``torch.qint8``: int8 Linear weights (``model/fast.py``).
     ``auto``: bf16 where it is fast: on CUDA GPUs
     with bf16 hardware (``cuda_native_bf16``; older ones train in plain fp32, without TF32,
     which they lack too), and on CPUs with bf16 matrix units for models at least

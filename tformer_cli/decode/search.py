@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.fast import search_threads
 from tformer_cli.decode.fast.buckets import round_up
-from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.greedy import advance
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths, next_logprobs
 from tformer_cli.decode.sampling import sample_next

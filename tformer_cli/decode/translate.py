@@ -16,7 +16,7 @@ from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad, token_batches
 from tformer_cli.data.tokenizer import EOS_ID, decode, encode
-from tformer_cli.decode.fast.threads import search_threads
+from tformer_cli.decode.fast import search_threads
 from tformer_cli.decode.mbr import mbr_select
 from tformer_cli.decode.reference import Hypothesis
 from tformer_cli.decode.search import DEFAULT, Models, as_list, batched_beam, batched_greedy

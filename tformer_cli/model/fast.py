@@ -1,11 +1,13 @@
 """The model's fast paths, off the reading path: each computes what the paper's equation in
 ``attention.py`` or ``layers.py`` computes, behind one named switch there: which attention
 kernel (``fused_attention``), dropout's cheaper draw (``draws_16bit_masks``), the residual stream
-in the autocast dtype (``autocast_stream``) and column-major weights (``column_major``).
+in the autocast dtype (``autocast_stream``), column-major weights (``column_major``) and int8
+weights (``quantize_int8``).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TypeVar
 
 import torch
@@ -68,3 +70,13 @@ def column_major(model: M) -> M:
         if isinstance(module, nn.Linear):
             module.weight.data = module.weight.data.t().contiguous().t()
     return model
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """``model`` (fp32, on the CPU, in eval mode) with int8 Linear layers, for inference: dynamic
+    quantization, y = (s_x s_W) (q_x q_W^T) + b with q_W = round(W / s_W) per layer and the
+    activations quantized on the fly; embedding lookups stay fp32."""
+    with warnings.catch_warnings():  # its notices that it is to move to torchao
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)

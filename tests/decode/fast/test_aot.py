@@ -218,7 +218,7 @@ def test_a_step_that_fails_to_build_runs_eagerly_with_a_notice(
 
 
 def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkeypatch):
-    from tformer_cli.model.quantize import quantize_int8
+    from tformer_cli.model.fast import quantize_int8
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     int8 = quantize_int8(copy.deepcopy(trained_model))
