@@ -144,7 +144,6 @@ SHARED_NAMES = {
     "inspect_attention": "owned elsewhere: cli/decode.py and api/decoding.py wrap report's",
     "train": "owned elsewhere: api/training.py and cli/train.py",
     "search": "owned elsewhere: decode/search.py and serve.py",
-    "load": "owned elsewhere: api/run.py and decode/fast/aot.py",
 }
 LEARN = "learn"  # the exercises re-define the package's functions on purpose, to be checked
 

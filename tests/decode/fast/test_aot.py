@@ -94,7 +94,7 @@ def test_the_key_changes_with_the_weights_beams_and_threads(trained_model, tmp_p
     assert aot.artifact(trained_model, 1, many=True) != path  # the build for many rows
     torch.set_num_threads(2)  # Inductor's kernels fix their thread count
     assert aot.artifact(trained_model, 1) != path
-    assert aot.load(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
+    assert aot.load_step(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
 
 
 def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
@@ -141,7 +141,7 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     aot.record_build(retrained, 1, 5.0)
     asked = []  # build_missing of each load: whether auto builds now
     monkeypatch.setattr(
-        aot, "load", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
+        aot, "load_step", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
     )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     step = make_step(trained_model, "auto")
@@ -157,7 +157,9 @@ def test_auto_loads_a_kept_step_at_once_for_a_big_batch_and_builds_none(trained_
     """A batch of ``LOAD_WORK`` row-steps or more loads a kept step at its start, before any
     eager time; a smaller one waits for ``LOAD_AFTER``; neither builds one."""
     asked = []  # build_missing of each load
-    monkeypatch.setattr(aot, "load", lambda path, m, e, b, build, many: (asked.append(build), 0))
+    monkeypatch.setattr(
+        aot, "load_step", lambda path, m, e, b, build, many: (asked.append(build), 0)
+    )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     src = sources(2, trained_model.cfg.vocab_size, seed=30)
     with torch.inference_mode():
@@ -285,7 +287,7 @@ def test_a_compiled_step_is_kept_per_thread_count(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     loaded = []
     monkeypatch.setattr(
-        aot, "load", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
+        aot, "load_step", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
     )
     step = make_step(trained_model, "on")
     torch.set_num_threads(1)

@@ -253,7 +253,7 @@ def artifact(model: Transformer, beams: int, many: bool = False) -> Path:
     return cache_root() / "steps" / name
 
 
-def load(
+def load_step(
     path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool,
     many: bool = False,
 ) -> tuple[AotStep | None, float]:  # fmt: skip

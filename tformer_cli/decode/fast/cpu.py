@@ -99,7 +99,7 @@ class CpuStep(FastStep):
             return None
         try:
             path = self.artifacts.setdefault(key, aot.artifact(self.model, beams, many))
-            step, seconds = aot.load(path, self.model, self.eager, beams, build, many)
+            step, seconds = aot.load_step(path, self.model, self.eager, beams, build, many)
         except Exception as e:  # export or Inductor errors: the eager step still works
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")
