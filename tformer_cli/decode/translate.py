@@ -95,7 +95,7 @@ def translate_ids(
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        with search_threads(device, len(batch) * rows):  # ``search``, one frame fewer
+        with search_threads(device, len(batch) * rows):  # as ``search``, without its frame
             if cfg.beam == 1:
                 nbest = batched_greedy(models, src, cfg, batching.use_cache, compile, generator)
             else:
