@@ -215,12 +215,8 @@ def batched_greedy(
 ) -> list[list[Hypothesis]]:
     """``reference.greedy_search`` for a batch src (B, S), a hypothesis per sentence; or with
     ``cfg.sampling``, ``cfg.nbest`` samples per sentence drawn with ``generator`` (default: one
-    seeded with ``cfg.seed``), each ``logprob`` the model's own whatever the truncation.
-
-    Finished rows stay in the batch, masked, until the live ones fit a smaller bucket
-    (``survivors``); the one host transfer per step is the number of live rows (``LiveCount``).
-    ``observe(logp, token, alive)`` sees each step (``trace.py``).
-    """
+    seeded with ``cfg.seed``). Finished rows stay, masked, until the live ones fit a smaller
+    bucket (``survivors``); ``observe(logp, token, alive)`` sees each step (``trace.py``)."""
     n = cfg.nbest if cfg.sampling is not None else 1  # rows per sentence: a row per sample
     if n > 1:
         src = src.repeat_interleave(n, 0)  # each sentence n times
@@ -331,12 +327,9 @@ def batched_beam(
     observe: Callable[..., None] | None = None,
 ) -> list[list[Hypothesis]]:
     """``reference.beam_search`` for a batch src (B, S): the ``cfg.nbest`` best hypotheses per
-    sentence, best first, by ``logprob / lp(|Y|)``.
-
-    Beams are (B*k) rows, sentence-major; finished hypotheses are merged into each sentence's
-    n best (``Finished``, n = max(k, nbest)), and the cache rows follow the k live ones. Done
-    sentences stay, masked, until the live ones fit a smaller bucket (``survivors``); the one
-    host transfer per step is the number of live sentences (``LiveCount``).
+    sentence by ``logprob / lp(|Y|)``. Beams are (B*k) rows, sentence-major; finished ones are
+    merged into each sentence's n best (``Finished``, n = max(k, nbest)). Done sentences stay,
+    masked, until the live ones fit a smaller bucket (``survivors``);
     ``observe(logp, beam, token, ends, pos, scores, done)`` sees each step (``trace.py``).
     """
     k, B, device = cfg.beam, src.size(0), src.device

@@ -78,12 +78,9 @@ def translate_ids(
     first: int = 1,
     compile: str = "auto",
 ) -> list[Translation]:
-    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
-    A blank input gets one empty translation without running the model; a source longer than
-    the model's positions is an error naming it by its number, counted from ``first``.
-    ``on_batch(n)`` is called after each batch of n sentences (for progress bars); ``compile``:
-    how the decode step runs. Samples are drawn from one generator seeded with ``cfg.seed``.
-    """
+    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order
+    (``blank_results``: blank inputs, too long ones). ``on_batch(n)`` is called after each batch
+    of n sentences; samples are drawn from one generator seeded with ``cfg.seed``."""
     models = as_list(model)
     device = next(models[0].parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
@@ -225,9 +222,8 @@ def translate_texts(
     engine: SourcesEngine | None = None,
 ) -> list[TextTranslation]:
     """Tokenize, translate and detokenize sentences with a loaded run (or an ensemble of runs
-    sharing a tokenizer, see ``checkpoint.load_runs``), in input order (``first``: the number
-    of the first text, for error messages); ``engine``: what translates the token lists
-    (default: tformer's search, ``translate_sources``)."""
+    sharing a tokenizer), in input order; ``engine``: what translates the token lists (default:
+    tformer's search, as ``translate_sources``)."""
     runs = [run] if isinstance(run, LoadedRun) else list(run)
     lead = runs[0]
     with inference(lead.device, lead.dtype):
