@@ -14,7 +14,7 @@ works); and CTranslate2 (that model converted, CPU) when the ``bench`` extra is 
 Every system generates exactly ``--length`` tokens per sentence: ``</s>`` is forbidden until
 then (our ``DecodeConfig.min_len``, Hugging Face's ``min_new_tokens``, CTranslate2's
 ``min_decoding_length``), so all do the same work on random weights. int8 is the same
-quantization (``tformer_cli.model.quantize``) of the Linear layers for us and for HF, and
+quantization (``tformer_cli.model.fast.quantize_int8``) of the Linear layers for us and for HF, and
 CTranslate2's own int8. CTranslate2 runs in a worker process of its own (its OpenMP runtime
 slows torch's down when both live in one process), started for its precision's measurements
 and closed before the next precision's, so that no idle worker's threads spin beside the one
@@ -54,13 +54,13 @@ from tformer_cli.checkpoint import for_inference
 from tformer_cli.config import DecodeConfig, ModelConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tformer_cli.decode.fast import search_threads
 from tformer_cli.decode.fast.buckets import round_up
-from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.search import search
 from tformer_cli.decode.step import DecodeStep
 from tformer_cli.device import cpu_has_fast_bf16, cpu_model, inference, setup
 from tformer_cli.model import Transformer
-from tformer_cli.model.quantize import quantize_int8
+from tformer_cli.model.fast import quantize_int8
 
 Run = Callable[[Tensor, int, int], list[int]]  # (src (B, S), beam, length) -> generated lengths
 

@@ -1,5 +1,5 @@
 """One thread or two for a CPU search of few rows: the measurement behind ``ONE_THREAD_ROWS``
-(``tformer_cli/decode/fast/threads.py``).
+(``tformer_cli/decode/fast/__init__.py: search_threads``).
 
 The benchmark model of ``bench_decode.py`` (3+3 layers, d=256, 4 heads, FFN 1024, vocab 8k,
 random weights, prepared as ``tformer translate`` runs it), 64 tokens forced per sentence,
@@ -22,7 +22,7 @@ import torch
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID
-from tformer_cli.decode.fast import threads as thread_policy
+from tformer_cli.decode import fast as thread_policy
 from tformer_cli.decode.search import search
 from tformer_cli.device import cpu_model, setup
 from tformer_cli.model import Transformer

@@ -137,10 +137,6 @@ SHARED_NAMES = {
     "S": "a type variable (of a settings class), local to the module that declares it",
     "main": "an entry point's conventional name (python -m, the console script)",
     "F": "a type variable (of a decorated function), local to the module that declares it",
-    "bleu": "owned elsewhere: training imports report's corpus BLEU; decode/mbr.py's sentence BLEU",
-    "beam_search": "owned elsewhere: decode/reference.py and decode/search.py",
-    "greedy_search": "owned elsewhere: decode/reference.py and decode/search.py",
-    "load": "owned elsewhere: api/run.py and decode/fast/aot.py",
 }
 LEARN = "learn"  # the exercises re-define the package's functions on purpose, to be checked
 

@@ -258,8 +258,7 @@ def for_inference(net: Transformer, device: torch.device, dtype: torch.dtype | N
     (``torch.qint8``), else column-major weights on the CPU, or bf16 weights on a GPU in bf16."""
     import torch
 
-    from tformer_cli.model.fast import column_major
-    from tformer_cli.model.quantize import quantize_int8
+    from tformer_cli.model.fast import column_major, quantize_int8
 
     if dtype == torch.qint8:
         return quantize_int8(net)

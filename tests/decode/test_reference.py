@@ -12,7 +12,7 @@ from tests.decode.test_search import CFG, as_src, greedy, never_eos, teacher_for
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import EOS_ID
 from tformer_cli.decode import reference
-from tformer_cli.decode.search import beam_search
+from tformer_cli.decode.search import batched_beam
 
 
 def test_reference_greedy_logprob_is_the_teacher_forced_sum(trained_model):
@@ -50,7 +50,7 @@ def test_wide_beam_finds_every_hypothesis_of_a_brute_force_search(tiny_model, im
     if implementation == "reference":
         found = reference.beam_search(model, src_row, cfg)
     else:
-        (found,) = beam_search(model, as_src([src_row]), cfg)
+        (found,) = batched_beam(model, as_src([src_row]), cfg)
     candidates = []
     for n in range(3):
         for words in itertools.product([1, 4], repeat=n):

@@ -17,8 +17,8 @@ from tformer_cli.decode import reference
 from tformer_cli.decode.reference import Hypothesis
 from tformer_cli.decode.search import (
     Rows,
-    beam_search,
-    greedy_search,
+    batched_beam,
+    batched_greedy,
     max_lengths,
     search,
 )
@@ -30,8 +30,8 @@ CFG = DecodeConfig(max_len_a=1.0, max_len_b=3)
 
 
 def greedy(*args, **kwargs) -> list[Hypothesis]:
-    """``greedy_search``'s hypothesis of each sentence."""
-    return [h for (h,) in greedy_search(*args, **kwargs)]
+    """``batched_greedy``'s hypothesis of each sentence."""
+    return [h for (h,) in batched_greedy(*args, **kwargs)]
 
 
 def as_src(sources: list[list[int]]) -> torch.Tensor:
@@ -152,7 +152,7 @@ def test_greedy_never_generates_pad_or_bos(tiny_model):
 def test_beam_size_one_equals_greedy(trained_model):
     src = as_src(random_sources(6, seed=7))
     argmax = greedy(trained_model, src, CFG)
-    beam = beam_search(trained_model, src, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3))
+    beam = batched_beam(trained_model, src, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3))
     assert [b[0].tokens for b in beam] == [g.tokens for g in argmax]
     assert [b[0].logprob for b in beam] == pytest.approx([g.logprob for g in argmax], abs=1e-4)
 
@@ -171,7 +171,7 @@ def test_beam_equals_the_reference_loop(trained_model, tiny_model, which, cfg):
     whole prefix decoded again each step): the same n-best lists, in order, the same scores."""
     model = trained_model if which == "trained" else tiny_model(seed=9)
     sources = random_sources(5, seed=11)
-    for s, nbest in zip(sources, beam_search(model, as_src(sources), cfg), strict=True):
+    for s, nbest in zip(sources, batched_beam(model, as_src(sources), cfg), strict=True):
         ref = reference.beam_search(model, s, cfg)
         assert [(h.tokens, h.finished) for h in nbest] == [(h.tokens, h.finished) for h in ref]
         assert [h.score for h in nbest] == pytest.approx([h.score for h in ref], abs=1e-5)
@@ -183,8 +183,8 @@ def test_beam_with_cache_equals_beam_without_cache(trained_model, tiny_model, wh
     model = trained_model if which == "trained" else tiny_model(seed=5)
     src = as_src(random_sources(5, seed=8))
     cfg = DecodeConfig(beam=3, nbest=3, max_len_a=1.0, max_len_b=3)
-    cached = beam_search(model, src, cfg, use_cache=True)
-    plain = beam_search(model, src, cfg, use_cache=False)
+    cached = batched_beam(model, src, cfg, use_cache=True)
+    plain = batched_beam(model, src, cfg, use_cache=False)
     assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in plain]
     for a, b in zip(itertools.chain(*cached), itertools.chain(*plain), strict=True):
         assert a.score == pytest.approx(b.score, abs=1e-5)
@@ -193,16 +193,16 @@ def test_beam_with_cache_equals_beam_without_cache(trained_model, tiny_model, wh
 def test_batched_beam_equals_one_sentence_at_a_time(trained_model):
     sources = random_sources(5, seed=9)
     cfg = DecodeConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=3)
-    batched = beam_search(trained_model, as_src(sources), cfg)
+    batched = batched_beam(trained_model, as_src(sources), cfg)
     for s, nbest in zip(sources, batched, strict=True):
-        (alone,) = beam_search(trained_model, as_src([s]), cfg)
+        (alone,) = batched_beam(trained_model, as_src([s]), cfg)
         assert [h.tokens for h in alone] == [h.tokens for h in nbest]
 
 
 def test_beam_scores_are_teacher_forced_logprob_over_gnmt_penalty(trained_model):
     sources = random_sources(4, seed=10)
     cfg = DecodeConfig(beam=4, nbest=4, alpha=0.6, max_len_a=1.0, max_len_b=3)
-    for s, nbest in zip(sources, beam_search(trained_model, as_src(sources), cfg), strict=True):
+    for s, nbest in zip(sources, batched_beam(trained_model, as_src(sources), cfg), strict=True):
         assert 1 <= len(nbest) <= 4
         assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
         for h in nbest:

@@ -21,7 +21,7 @@ from tformer_cli.decode.search import search
 from tformer_cli.decode.step import DecodeStep, make_step
 from tformer_cli.errors import TformerError
 from tformer_cli.model import fast as model_fast
-from tformer_cli.model.quantize import quantize_int8
+from tformer_cli.model.fast import quantize_int8
 
 
 def sources(n: int, vocab: int, seed: int) -> torch.Tensor:

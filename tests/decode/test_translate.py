@@ -59,9 +59,9 @@ def test_mbr_over_one_candidate_or_identical_ones_returns_it():
 
 
 # Calls from ``Run.translate`` to ``Transformer.decode`` with ``compile`` off: the tformer frames
-# on the stack when the model decodes, from Run.translate, translate_texts, translate_sources,
-# translate_ids, search and the greedy or beam loop to Rows.logprobs and the eager DecodeStep
-CALL_DEPTH = 8
+# on the stack when the model decodes, from Run.translate, translate_texts, translate_ids and the
+# greedy or beam loop to Rows.logprobs and the eager DecodeStep
+CALL_DEPTH = 6
 
 
 @pytest.mark.parametrize("beam", [1, 3])

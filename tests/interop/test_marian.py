@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from tests.conftest import tiny_config
-from tformer_cli.interop.marian import from_marian, stream_permutation, to_marian
+from tformer_cli.interop.hf import from_marian, stream_permutation, to_marian
 from tformer_cli.model import Transformer
 from tformer_cli.model.layers import sinusoidal_positions
 

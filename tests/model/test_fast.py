@@ -18,7 +18,7 @@ def test_only_an_eager_cpu_decoding_step_of_many_rows_attends_explicitly():
         assert explicit_decoding(torch.zeros(rows // 5 + 1, 4, 5, 8))  # cross: 5 beams a sentence
         assert not explicit_decoding(torch.zeros(rows - 1, 4, 1, 8))  # few rows: the fused kernel
         assert not explicit_decoding(torch.zeros(rows, 4, 32, 8))  # a whole sequence, not a step
-    assert not explicit_decoding(torch.zeros(rows, 4, 1, 8))  # autograd: explicit_backward's
+    assert not explicit_decoding(torch.zeros(rows, 4, 1, 8))  # autograd: fused_attention's own rule
 
 
 def test_the_fused_kernel_runs_where_no_explicit_path_is_asked_or_faster():

@@ -1,13 +1,10 @@
 """Sequence-level knowledge distillation (Kim & Rush 2016): a teacher's translations of a
-corpus's training split, written as a corpus (``train.jsonl``, ``valid.jsonl``, ``test.jsonl``)
-that ``tformer train --data DIR`` reads, the valid and test splits kept as the originals, and
-``distill.json``, the provenance, written last.
+corpus's training split, written as a corpus that ``tformer train --data DIR`` reads (valid and
+test kept as the originals), and ``distill.json``, the provenance, written last.
 
-The training split is translated ``chunk_size`` pairs at a time (``streams.translate_chunks``:
-sorted by length into batches as ``tformer translate`` does), each chunk written whole
-(``files.atomic_write``) into ``.distill-chunks/`` beside the settings that made it: a run that
-stops resumes after the last chunk written, and ends with the same corpus as one that never
-stopped. A full disk is one line naming the file (``files.write_error``)."""
+The training split is translated ``chunk_size`` pairs at a time, each chunk written whole into
+``.distill-chunks/`` beside the settings that made it: a run that stops resumes after the last
+chunk written, and ends with the same corpus as one that never stopped."""
 
 from __future__ import annotations
 
@@ -40,8 +37,7 @@ OURS = {RECORD, CHUNKS, *SPLIT_FILES}
 
 @dataclass(frozen=True)
 class Teacher:
-    """A loaded teacher and how it translates: its search ``cfg``, the ``batching`` and the
-    ``engine`` (``None``: tformer's search), with the ``precision`` it was loaded in."""
+    """A loaded teacher and how it translates (``engine`` None: tformer's search)."""
 
     runs: list[LoadedRun]
     cfg: DecodeConfig
@@ -51,8 +47,7 @@ class Teacher:
     engine: SourcesEngine | None = None
 
     def provenance(self) -> dict[str, Any]:
-        """What made the translations: the teacher's folder and weights, the search, the
-        engine and precision, tformer's version."""
+        """What made the translations, for the record."""
         run = self.runs[0]
         return {
             "teacher": str(run.run_dir.resolve()),
@@ -65,7 +60,7 @@ class Teacher:
 
 def check_output(out: Path, force: bool) -> None:
     """A one-line error, before anything loads, for an output that is a file, a folder holding
-    anything but a distillation, or a finished distillation without ``force``."""
+    anything else, or a finished distillation without ``force``."""
     if out.exists() and not out.is_dir():
         raise TformerError(f"{out} is a file: -o takes a folder")
     if not out.is_dir():
@@ -107,8 +102,8 @@ def write_lines(path: Path, lines: Iterator[str]) -> None:
 
 
 def resume_chunks(out: Path, settings: Mapping[str, Any], force: bool) -> int:
-    """The chunk folder of this distillation, started afresh (``force``, or nothing there) or
-    resumed when its settings are these; the number of chunks already written."""
+    """The number of chunks already written: the chunk folder started afresh (``force``, or
+    nothing there) or resumed when its settings are these."""
     chunks = out / CHUNKS
     if force:
         (out / RECORD).unlink(missing_ok=True)
@@ -137,10 +132,9 @@ def distill_corpus(
     limit: int | None = None, mix: bool = False, force: bool = False,
     on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Translate the training split of ``corpus`` (its first ``limit`` pairs) with
-    ``teacher`` into the corpus folder ``out`` (``mix``: the original pairs too, after the
-    teacher's), resuming the chunks a stopped run wrote; ``data``: what the record calls the
-    corpus. Returns the record, also written to ``out/distill.json``."""
+    """Translate the training split of ``corpus`` (its first ``limit`` pairs) with ``teacher``
+    into the corpus folder ``out`` (``mix``: the original pairs too), resuming a stopped run's
+    chunks; ``data``: the corpus's name for the record, which is returned."""
     check_output(out, force)
     train = corpus["train"]
     n = len(train) if limit is None else min(limit, len(train))
@@ -160,9 +154,8 @@ def distill_corpus(
 
 
 def finish(out: Path, corpus: DatasetDict, record: dict[str, Any], n: int) -> dict[str, Any]:
-    """The corpus made whole from the chunks: valid and test as the originals, train the
-    teacher's pairs (an empty translation, which no corpus takes, left out and counted) and
-    with ``mix`` the originals; then the record, and the chunks removed."""
+    """The corpus made whole from the chunks (an empty translation left out and counted), then
+    the record, and the chunks removed."""
     for name in ("valid", "test"):
         write_lines(out / f"{name}.jsonl", pairs_line(split_pairs(corpus[name])))
     chunks = sorted((out / CHUNKS).glob("*.jsonl"))
@@ -190,10 +183,9 @@ def finish(out: Path, corpus: DatasetDict, record: dict[str, Any], n: int) -> di
 def training_corpus(
     config: TrainConfig, data: str | None, src: str | None, tgt: str | None
 ) -> Iterator[tuple[str, DatasetDict]]:
-    """The corpus to distill, loaded for the span of a ``with`` block, and its name: ``data``
-    (default: the teacher's own, its parallel files too) in the teacher's languages unless
-    ``src``/``tgt`` say otherwise, the missing splits carved with the teacher's seed as in its
-    training."""
+    """The corpus to distill and its name, for a ``with`` block: ``data`` (default: the
+    teacher's own) in the teacher's languages unless ``src``/``tgt`` say otherwise, its missing
+    splits carved with the teacher's seed."""
     own = data is None
     files = {name: getattr(config, name) for name in PARALLEL_FILES} if own else {}
     spec = config.data if data is None else data

@@ -3,11 +3,8 @@ Statistical Machine Translation"; Freitag et al. 2022, "High Quality Rather than
 Probability"): of N candidate translations, return the one with the highest expected utility
 against the candidates themselves, taken as pseudo-references drawn from the model.
 
-The utilities are sacrebleu's sentence chrF (``CHRF().sentence_score``) and sentence BLEU
-(``BLEU(effective_order=True).sentence_score``), recomputed from n-gram counts extracted once per
-distinct candidate: the N x N pairs then cost a set intersection per order, not a sacrebleu
-call that tokenizes and counts both sentences again. Match counts sum_g min(c_h(g), c_r(g)) are
-symmetric, so each unordered pair is intersected once and serves both directions.
+The utilities are sacrebleu's sentence chrF and BLEU, recomputed from n-gram counts extracted
+once per distinct candidate: each unordered pair then costs a set intersection per order.
 """
 
 from __future__ import annotations
@@ -29,10 +26,9 @@ _tokenize_13a = Tokenizer13a()  # sacrebleu's default BLEU tokenization
 
 @dataclass(frozen=True)
 class NGrams:
-    """A sentence's n-grams for n = 1..order and its length in units (characters without
-    whitespace for chrF, 13a tokens for BLEU). Each order's multiset is kept as the set of its
-    numbered copies {(g, k) : k < c(g)}, so that the clipped matches of two sentences,
-    sum_g min(c_a(g), c_b(g)) = |A ∩ B|, are one set intersection in C."""
+    """A sentence's n-grams for n = 1..order and its length in units. Each order's multiset is
+    the set of its numbered copies {(g, k) : k < c(g)}, so that the clipped matches of two
+    sentences, sum_g min(c_a(g), c_b(g)) = |A ∩ B|, are one set intersection."""
 
     copies: tuple[frozenset[tuple[str | tuple[str, ...], int]], ...]
     totals: tuple[int, ...]  # t_n = sum_g c(g) = |copies[n - 1]|
@@ -62,7 +58,7 @@ def matches(a: NGrams, b: NGrams) -> list[int]:
     return [len(x & y) for x, y in zip(a.copies, b.copies, strict=True)]
 
 
-def chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
+def sentence_chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     """Sentence chrF (Popović 2015) as sacrebleu >= 2 computes it: precision P and recall R
     averaged over the orders where both sentences have n-grams (the effective order), then
     F_beta = (1 + beta^2) P R / (beta^2 P + R), times 100; 0 when nothing matches."""
@@ -80,7 +76,7 @@ def chrf(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     return 100 * ((1 + b2) * P * R / (b2 * P + R))
 
 
-def bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
+def sentence_bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
     """Sentence BLEU (Papineni et al. 2002) as sacrebleu's ``BLEU(effective_order=True)``: the
     geometric mean of p_n = m_n / t_n over the orders where the hypothesis has n-grams, with
     'exp' smoothing (the k-th order without a match gets p_n = 1 / (2^k t_n), as NIST's
@@ -102,12 +98,15 @@ def bleu(hyp: NGrams, ref: NGrams, m: list[int]) -> float:
 
 
 Utility = tuple[Callable[[str], NGrams], Callable[[NGrams, NGrams, list[int]], float]]
-UTILITIES: dict[str, Utility] = {"chrf": (chrf_ngrams, chrf), "bleu": (bleu_ngrams, bleu)}
+UTILITIES: dict[str, Utility] = {
+    "chrf": (chrf_ngrams, sentence_chrf),
+    "bleu": (bleu_ngrams, sentence_bleu),
+}
 
 
 def utility_matrix(texts: Sequence[str], utility: str = "chrf") -> list[list[float]]:
-    """u[i][j]: the utility (``chrf`` or ``bleu``, 0..100) of ``texts[i]`` as the hypothesis
-    against ``texts[j]`` as the reference, equal to sacrebleu's ``sentence_score``."""
+    """u[i][j]: the utility (``chrf`` or ``bleu``, 0..100) of ``texts[i]`` against ``texts[j]``
+    as the reference, equal to sacrebleu's ``sentence_score``."""
     if utility not in UTILITIES:
         raise TformerError(f"unknown MBR utility {utility!r}: use one of {', '.join(UTILITIES)}")
     extract, score = UTILITIES[utility]
@@ -123,16 +122,10 @@ def utility_matrix(texts: Sequence[str], utility: str = "chrf") -> list[list[flo
 
 
 def mbr_select(candidates: Sequence[str], utility: str = "chrf") -> tuple[int, list[float]]:
-    """The index of the candidate of highest expected utility (the first such one on ties),
-    and each candidate's expected utility E_i = (1/N) sum_j u(y_i, y_j) over all N candidates
-    as equally weighted pseudo-references; ``utility`` is ``chrf`` or ``bleu`` (0..100).
-
-    Each candidate is compared with itself too: the sum is the Monte Carlo estimate of
-    E_{y ~ p}[u(y_i, y)] over the N samples, where a string drawn k times counts k times, its own
-    draw included. The self term u(y, y) is 100 for every non-empty y, so it leaves the ranking
-    of non-empty candidates as it would be against the others only, keeps N = 1 defined, and
-    counts duplicates uniformly. Each distinct string is scored once, weighted by its count.
-    """
+    """The index of the candidate of highest expected utility (the first on ties), and each
+    candidate's expected utility E_i = (1/N) sum_j u(y_i, y_j) over all N candidates, itself
+    included: the Monte Carlo estimate of E_{y ~ p}[u(y_i, y)], a string drawn k times counted
+    k times. Each distinct string is scored once, weighted by its count."""
     if not candidates:
         raise TformerError("MBR needs at least one candidate")
     count = Counter(candidates)

@@ -1,7 +1,6 @@
 """What the searches compute, in plain Python: the hypothesis, the length limit and penalty, and
-the naive greedy and beam searches, one sentence at a time, that decode the whole prefix again at
-every step (no cache, no batch). ``decode/search.py`` computes the same for a batch of sentences
-with the KV cache, and the tests hold it equal to these loops."""
+the naive greedy and beam searches of one sentence, the whole prefix decoded again at every step.
+``decode/search.py`` computes the same for a batch with the KV cache, held equal by the tests."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ class Hypothesis:
 
 
 def next_logprobs(logits: Tensor) -> Tensor:
-    """log p(. | x, y_<t) (R, V), fp32, from the logits (R, V) of the last position. ``<pad>``
-    and ``<s>`` are never generated; the other log-probabilities stay the model's own (no
-    renormalisation), so scores equal a teacher-forced pass's."""
+    """log p(. | x, y_<t) (R, V), fp32, from the logits (R, V) of the last position; ``<pad>``
+    and ``<s>`` are never generated (the others not renormalised)."""
     logp = logits.float().log_softmax(dim=-1)  # (R, V)
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
@@ -123,9 +121,7 @@ def beam_search(model: Transformer, source: list[int], cfg: DecodeConfig) -> lis
 @torch.inference_mode()
 def greedy_search_cached(model: Transformer, source: list[int], cfg: DecodeConfig) -> Hypothesis:
     """``greedy_search`` with the KV cache: the source is encoded once, and each step feeds the
-    decoder only its newest token, whose keys and values the cache keeps for the steps after
-    (``Transformer.decode`` writes them at slot ``cache.pos``, then advances it). The batched
-    ``search.greedy_search`` computes the same for many sentences at once."""
+    decoder only its newest token, whose keys and values the cache keeps for the steps after."""
     src, limit = as_source(model, source, cfg)
     memory, src_mask = model.encode(src)  # (1, S, d), (1, 1, 1, S): once
     cache = model.init_cache(memory, src_mask, limit)  # a slot for each token fed

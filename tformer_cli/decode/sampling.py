@@ -1,10 +1,7 @@
 """Sampling the next token from the decoder's log-probabilities: temperature, top-k, nucleus
 (top-p, Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration") and epsilon
-sampling (Hewitt et al. 2022, "Truncation Sampling as Language Model Desmoothing").
-
-A pure function over a batch of rows, so greedy, beam and sampling share one decoding loop: the
-search hands ``sample_next`` the step's (R, V) log-probabilities where greedy would take the
-argmax. It never syncs with the host, so it runs inside a CUDA step with a CUDA generator.
+sampling (Hewitt et al. 2022, "Truncation Sampling as Language Model Desmoothing"); a pure
+function over a batch of rows that never syncs with the host.
 """
 
 from __future__ import annotations
@@ -28,11 +25,9 @@ def sample_next(
     one finite entry; -inf entries (forbidden tokens) are never drawn. Returns (R,) long.
 
     The filters apply in the order temperature, top-k, top-p, epsilon, each to the distribution
-    the previous one left (renormalised), as in Hugging Face's ``generate``. Values are
-    assumed valid (see ``config.SamplingConfig``). The draw is the Gumbel-max trick in its
-    exponential race form (as ``torch.multinomial`` draws one sample, written out so that no
-    input check can sync with the host): with ``q_v ~ Exp(1)`` i.i.d., ``argmax_v p_v / q_v``
-    is ``v`` with probability ``p_v``.
+    the previous one left (renormalised), as in Hugging Face's ``generate``. The draw is the
+    Gumbel-max trick as an exponential race (no input check to sync with the host): with
+    ``q_v ~ Exp(1)`` i.i.d., ``argmax_v p_v / q_v`` is ``v`` with probability ``p_v``.
     """
     # Temperature: log p_T = log softmax(log p / T); the max is subtracted first so that the top
     # token stays finite (0 / T) even when T is tiny.

@@ -1,4 +1,4 @@
-"""Search for translations with the KV cache: batched greedy decoding and beam search."""
+"""Search for translations with the KV cache: batched greedy decoding, sampling and beam search."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from tformer_cli.config import DecodeConfig
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tformer_cli.decode.fast import search_threads
 from tformer_cli.decode.fast.buckets import round_up
-from tformer_cli.decode.fast.threads import search_threads
 from tformer_cli.decode.greedy import advance
 from tformer_cli.decode.reference import Hypothesis, length_penalty, max_lengths, next_logprobs
 from tformer_cli.decode.sampling import sample_next
@@ -30,9 +30,8 @@ def as_list(models: Models) -> list[Transformer]:
 
 
 def ensemble(logps: list[Tensor]) -> Tensor:
-    """log of the mean of the models' next-token probabilities (R, V), as fairseq ensembles:
-    a token any model finds likely stays likely (a mean of log-probabilities, a product of
-    experts, would let one confident model veto the others)."""
+    """log of the mean of the models' next-token probabilities (R, V), as fairseq ensembles
+    (a mean of log-probabilities would let one confident model veto the others)."""
     if len(logps) == 1:
         return logps[0]
     return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))  # (R, V)
@@ -45,10 +44,9 @@ def attend_to(step: Step, cache: DecoderCache, t: int) -> None:
 
 class Rows:
     """The decoder state behind a search's rows, ``beams`` per sentence, for one model or an
-    ensemble (each model with its own state): the KV cache read by the static-shape
-    ``DecodeStep`` or, without a cache (for comparison and teaching), the memory against which
-    the whole prefix is decoded again at each step. Sentences (and their rows) may be padded up
-    to a bucket with copies of real ones; the search ignores them."""
+    ensemble: each model's KV cache read by its decode step or, without a cache, the memory
+    against which the whole prefix is decoded again. Sentences may be padded up to a bucket
+    with copies of real ones; the search ignores them."""
 
     def __init__(
         self,
@@ -92,8 +90,7 @@ class Rows:
         return ensemble(logps)
 
     def greedy(self, y: Tensor, t: int, state: tuple[Tensor, ...]) -> list[Tensor] | None:
-        """One model's compiled step with greedy's choice inside it (``DecodeStep.greedy``), for
-        ``greedy.advance``'s ``state``: log-probs and the new state; None otherwise."""
+        """``DecodeStep.greedy`` of a single model; None for an ensemble."""
         if len(self.steps) != 1:
             return None
         step, cache = self.steps[0], self.caches[0]
@@ -118,9 +115,8 @@ class Rows:
 
 class LiveCount:
     """How many entries of a device mask are True, for the host: at once on the CPU; one step
-    late on a GPU, where the count travels through pinned memory while the next step is
-    already queued, so that the GPU never idles waiting for the host (the price: at most one
-    step past the last live row, its updates masked)."""
+    late on a GPU, through pinned memory while the next step is queued, so that the GPU never
+    waits for the host (the price: at most one step past the last live row, masked)."""
 
     def __init__(self, device: torch.device) -> None:
         self.lag = device.type == "cuda"
@@ -171,9 +167,8 @@ def survivors(
 
 
 def put_back(out: Sequence[Tensor], place: Tensor, rows: Tensor, state: Sequence[Tensor]) -> None:
-    """``out[i][place[rows]] = state[i][rows]`` for each tensor: the results of the rows (beam
-    search: sentences) that leave the batch, at their places in the input (index B, one past
-    the real ones, takes those of the repeats)."""
+    """The results of the rows (beam search: sentences) that leave the batch, at their places
+    in the input (index B, one past the real ones, takes those of the repeats)."""
     for o, s in zip(out, state, strict=True):
         o[place[rows]] = s[rows]
 
@@ -209,7 +204,7 @@ def begin(
 
 
 @torch.inference_mode()
-def greedy_search(
+def batched_greedy(
     model: Models,
     src: Tensor,
     cfg: DecodeConfig = DEFAULT,
@@ -218,18 +213,10 @@ def greedy_search(
     generator: torch.Generator | None = None,
     observe: Callable[[Tensor, Tensor, Tensor], None] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Pick the most probable next token until ``</s>`` or the length limit, for a batch src
-    (B, S): the batched ``reference.greedy_search``, a hypothesis per sentence; or with
-    ``cfg.sampling`` draw it with ``generator`` (default: one seeded with ``cfg.seed``),
-    ``cfg.nbest`` samples per sentence.
-
-    With the cache each step feeds only the newest token; without it the whole prefix is
-    decoded again (for comparison and teaching). Finished rows stay in the batch, their updates
-    masked, until the live ones fit a smaller bucket (``survivors``); the one host transfer per
-    step is the number of live rows (``LiveCount``). A hypothesis' ``logprob`` (= its
-    ``score``) is the model's own, whatever truncation the sampling applied. ``observe(logp,
-    token, alive)`` sees each step (the step-through view, ``trace.py``).
-    """
+    """``reference.greedy_search`` for a batch src (B, S), a hypothesis per sentence; or with
+    ``cfg.sampling``, ``cfg.nbest`` samples per sentence drawn with ``generator`` (default: one
+    seeded with ``cfg.seed``). Finished rows stay, masked, until the live ones fit a smaller
+    bucket (``survivors``); ``observe(logp, token, alive)`` sees each step (``trace.py``)."""
     n = cfg.nbest if cfg.sampling is not None else 1  # rows per sentence: a row per sample
     if n > 1:
         src = src.repeat_interleave(n, 0)  # each sentence n times
@@ -331,7 +318,7 @@ def expand(logp: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @torch.inference_mode()
-def beam_search(
+def batched_beam(
     model: Models,
     src: Tensor,
     cfg: DecodeConfig = DEFAULT,
@@ -339,20 +326,11 @@ def beam_search(
     compile: str = "auto",
     observe: Callable[..., None] | None = None,
 ) -> list[list[Hypothesis]]:
-    """The ``cfg.nbest`` best hypotheses per sentence of src (B, S), best first, by
-    ``logprob / lp(|Y|)``: the batched ``reference.beam_search``.
-
-    Beams are flattened to (B*k) rows, sentence-major. Each step: add every continuation's
-    log-probability to its beam's score, take the top 2k of the sentence's k*V candidates;
-    those in the top k that end in ``</s>`` are finished and merged into the sentence's n best
-    finished ones (``Finished``, n = max(k, nbest)), the best k others live on (the cache rows
-    reordered to follow them). A sentence is done when it has k finished hypotheses and no
-    live beam can still beat the worst of them: scores only fall as tokens are added, so a live
-    beam's best reachable normalised score is its score over lp at the length that maximises it.
-    Done sentences stay, masked, until the live ones fit a smaller bucket (``survivors``); the
-    one host transfer per step is the number of live sentences (``LiveCount``). Cross-attention
-    K, V stay one copy per sentence. ``observe(logp, beam, token, ends, pos, scores, done)``
-    sees each step (the step-through view, ``trace.py``).
+    """``reference.beam_search`` for a batch src (B, S): the ``cfg.nbest`` best hypotheses per
+    sentence by ``logprob / lp(|Y|)``. Beams are (B*k) rows, sentence-major; finished ones are
+    merged into each sentence's n best (``Finished``, n = max(k, nbest)). Done sentences stay,
+    masked, until the live ones fit a smaller bucket (``survivors``);
+    ``observe(logp, beam, token, ends, pos, scores, done)`` sees each step (``trace.py``).
     """
     k, B, device = cfg.beam, src.size(0), src.device
     state, limits, y = begin(as_list(model), src, cfg, k, use_cache, compile)
@@ -409,12 +387,11 @@ def search(
     compile: str = "auto",
     generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:
-    """The n-best list of each sentence of src (B, S): greedy for ``beam == 1``, else beam
-    search; with ``cfg.sampling``, ``cfg.nbest`` samples drawn with ``generator`` (default: one
-    seeded with ``cfg.seed``). ``model``: one model, or several as an ensemble (``ensemble``).
-    On the CPU a search of very few rows runs on one thread (``search_threads``)."""
+    """The n-best list of each sentence of src (B, S): ``batched_greedy`` (and sampling) for
+    ``beam == 1``, else ``batched_beam``; ``model``: one model, or several as an ensemble. On
+    the CPU a search of very few rows runs on one thread (``search_threads``)."""
     n = cfg.nbest if cfg.sampling is not None else cfg.beam  # rows per sentence
     with search_threads(src.device, src.size(0) * n):
         if cfg.beam == 1:
-            return greedy_search(model, src, cfg, use_cache, compile, generator)
-        return beam_search(model, src, cfg, use_cache, compile)
+            return batched_greedy(model, src, cfg, use_cache, compile, generator)
+        return batched_beam(model, src, cfg, use_cache, compile)

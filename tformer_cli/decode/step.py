@@ -1,12 +1,8 @@
 """One decoding step over the KV cache, the one every search uses: log p(. | x, y_<t) for the next
 token of every row, the decoder run on the newest token alone while the earlier tokens' keys and
-values are read from the cache (``Transformer.decode`` with a ``DecoderCache``).
-
-Its shapes do not change as the output grows: the step index is the cache's ``pos`` tensor, the
-self-attention buffer is attended over a ``span`` of slots with a mask of the filled ones, and
-beam search reorders the buffer in place. So the same eager function can also run compiled or
-replayed as a graph: ``--compile`` chooses (``make_step``, ``decode/fast/``); ``off`` runs it
-eagerly, as written here.
+values are read from the cache. Its shapes do not change as the output grows, so the same step
+can also run compiled or as a graph (``make_step``, ``decode/fast/``); ``--compile off`` runs it
+as written here.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ _STEPS: weakref.WeakKeyDictionary[Transformer, dict[str, Step]] = weakref.WeakKe
 
 class DecodeStep:
     """The next-token log-probabilities of every row of a cache, eagerly: ``step(tokens, cache,
-    rows)``; ``start`` makes the cache and ``select`` shrinks it. A fast step (``FastStep``,
-    ``decode/fast/``) runs this one another way, with the same methods and results."""
+    rows)``; ``start`` makes the cache and ``select`` shrinks it."""
 
     buckets = EAGER  # every shape exact
 
@@ -45,7 +40,7 @@ class DecodeStep:
     @classmethod
     def of(cls, model: Transformer, compile: str = "auto") -> Step:
         """The step kept for this model and mode (``make_step``), so that graphs and buffers
-        made for one batch (or one call: a server's requests, a file's chunks) serve the next."""
+        made for one batch serve the next."""
         steps = _STEPS.setdefault(model, {})
         if compile not in steps:
             steps[compile] = make_step(model, compile)
@@ -59,8 +54,7 @@ class DecodeStep:
         return next_logprobs(self.model.decode(tokens[:, None], None, None, cache)[:, -1])
 
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        """Encode src (B, S) and return an empty cache for ``beams`` rows per sentence and
-        ``max_len`` tokens."""
+        """Encode src (B, S): an empty cache for ``beams`` rows per sentence, ``max_len`` slots."""
         memory, src_mask = self.model.encode(src)  # (B, S, d), (B, 1, 1, S)
         cache = self.model.init_cache(memory, src_mask, max_len, beams)
         if beams > 1:  # beam search reorders the rows by gathering into a second buffer
@@ -74,8 +68,7 @@ class DecodeStep:
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
     ) -> list[Tensor] | None:
-        """None: the search makes greedy decoding's choice (the compiled CPU step makes it
-        itself: log-probs, then ``greedy.advance``'s token, logprob, steps and alive)."""
+        """None: the search makes greedy's choice (the compiled CPU step makes it itself)."""
         return None
 
 
@@ -86,8 +79,7 @@ def make_step(
     model: Transformer, compile: str = "auto", on_notice: Callable[[str], None] | None = None
 ) -> Step:
     """A new step of ``model`` for ``compile`` (``auto``, ``on`` or ``off``): the faster way
-    ``fast.choose`` picks for the model's device, or the eager ``DecodeStep``. ``on_notice``
-    hears the one-line notices (compile time, a fallback to eager; stderr by default)."""
+    ``fast.choose`` picks, or the eager ``DecodeStep``; ``on_notice`` hears the notices."""
     eager = DecodeStep(model)
     notice = on_notice or (lambda line: print(line, file=sys.stderr))
     return fast.choose(eager, compile, notice) or eager

@@ -26,11 +26,9 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    r"""The lines of a UTF-8 byte stream, each as soon as it arrives. A line is what ends in
-    ``\n`` (or the stream): other Unicode separators (``\u2028``, ``\x85``, ``\x0c``...) stay
-    inside it, as corpus files are read; a trailing ``\r`` (CRLF) and a leading byte order mark
-    are dropped (a mark alone is no line). Invalid UTF-8 is an error naming ``name`` and the
-    1-based line."""
+    r"""The lines of a UTF-8 byte stream, each as soon as it arrives: what ends in ``\n`` (other
+    Unicode separators stay inside), less a trailing ``\r`` and a leading byte order mark.
+    Invalid UTF-8 is an error naming ``name`` and the line."""
     for number, raw in enumerate(stream, start=1):
         if number == 1 and not (raw := raw.removeprefix(_BOM)):
             return
@@ -44,8 +42,8 @@ def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
 
 
 def check_arguments(texts: list[str]) -> list[str]:
-    """``texts`` from the command line, if each is valid text: Python keeps an argument's
-    bytes that are not valid UTF-8 as lone surrogates, which no tokenizer can take."""
+    """``texts`` from the command line, if none holds bytes that are not UTF-8 (lone
+    surrogates, which no tokenizer can take)."""
     for number, text in enumerate(texts, start=1):
         try:
             text.encode("utf-8")
@@ -86,9 +84,8 @@ def translate_chunks(
     on_batch: Callable[[int], None] | None = None,
     engine: SourcesEngine | None = None,
 ) -> Iterator[list[TextTranslation]]:
-    """``translate_texts`` of ``chunk_size`` lines at a time (each chunk sorted by length into
-    batches), in input order: the first chunk is ready before the input ends, and memory holds
-    one chunk whatever the input's length."""
+    """``translate_texts`` of ``chunk_size`` lines at a time, in input order: the first chunk
+    is ready before the input ends, and memory holds one chunk."""
     lines = iter(lines)
     first = 1
     while chunk := list(itertools.islice(lines, chunk_size)):
@@ -100,8 +97,7 @@ def translate_chunks(
 
 def one_line(text: str) -> str:
     """``text`` with its line breaks made spaces: an output line per input, whatever the
-    tokenizer's decoder gives (a run may hold any Hugging Face tokenizer; a byte-level one
-    decodes newlines)."""
+    tokenizer decodes."""
     return text.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
 
@@ -132,9 +128,8 @@ def format_translations(
 def write_translations(
     chunks: Iterable[Sequence[TextTranslation]], out: BinaryIO, style: str
 ) -> int:
-    """Write each chunk's lines (``format_translations``) as UTF-8 and flush them, so that a
-    reader downstream gets them at once. Returns the number of inputs translated. A failed
-    write (a full disk) is one line naming ``out``; a reader that left is for the caller."""
+    """Write and flush each chunk's lines as UTF-8; the number of inputs translated. A failed
+    write is one line naming ``out``; a reader that left is for the caller."""
     count = 0
     try:
         for results in chunks:
@@ -152,8 +147,7 @@ def write_translations(
 
 
 def save_translations(path: Path, chunks: Iterable[Sequence[TextTranslation]], style: str) -> int:
-    """``write_translations`` into a temporary file that becomes ``path`` after the last chunk
-    (``atomic_write``): ``path`` never holds part of the output; an error leaves it as it was."""
+    """``write_translations`` into ``path``, whole or not at all."""
     count = 0
 
     def write(tmp: Path) -> None:

@@ -1,12 +1,8 @@
 """The step-through view of decoding: one sentence's greedy or beam search, recorded step by
-step (each live hypothesis, its ``top`` most probable next tokens and what became of them, and
-its cross-attention row), for teaching.
-
-The traced search is ``search.greedy_search`` or ``search.beam_search`` itself, for one
-sentence, with a ``Recorder`` observing each step, so it ends with the same hypotheses and
-scores (tracing off costs a check a step). The cross-attention rows come afterwards from one
-teacher-forced pass over every recorded prefix, so the traced step computes exactly what the
-untraced one does.
+step (each live hypothesis, its ``top`` next tokens and what became of them, its cross-attention
+row), for teaching. The traced search is ``search.batched_greedy`` or ``search.batched_beam``
+itself, observed by a ``Recorder``, so it ends with the same hypotheses and scores; the
+cross-attention rows come after, from one teacher-forced pass over every recorded prefix.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from tformer_cli.config import DecodeConfig
 from tformer_cli.data.batching import pad
 from tformer_cli.data.tokenizer import BOS_ID, EOS_ID
 from tformer_cli.decode.reference import Hypothesis
-from tformer_cli.decode.search import Models, as_list, beam_search, greedy_search
+from tformer_cli.decode.search import Models, as_list, batched_beam, batched_greedy
 from tformer_cli.model import Transformer
 
 KEPT, PRUNED, FINISHED = "kept", "pruned", "finished"
@@ -32,8 +28,8 @@ KEPT, PRUNED, FINISHED = "kept", "pruned", "finished"
 
 @dataclass(frozen=True)
 class Candidate:
-    """One of a hypothesis' most probable next tokens: its log-probability, the hypothesis'
-    score with it (beam: summed log-probability), and what the search did with it."""
+    """One of a hypothesis' most probable next tokens, the hypothesis' score with it, and what
+    the search did with it."""
 
     token: int
     logprob: float
@@ -43,8 +39,8 @@ class Candidate:
 
 @dataclass
 class Live:
-    """A hypothesis expanded at one step: ``number`` (its id in the trace), the ``parent``
-    it continues (None at step 0), its tokens so far and summed log-probability."""
+    """A hypothesis expanded at one step: its id in the trace, the ``parent`` it continues
+    (None at step 0), its tokens so far and summed log-probability."""
 
     number: int
     parent: int | None
@@ -56,8 +52,8 @@ class Live:
 
 @dataclass(frozen=True)
 class Trace:
-    """A recorded search: ``steps[t]`` holds the hypotheses expanded at step t; ``final``, the
-    n-best list the untraced search returns (``nbest`` = ``beam``)."""
+    """A recorded search: ``steps[t]``, the hypotheses expanded at step t; ``final``, the
+    untraced search's n-best list (``nbest`` = ``beam``)."""
 
     src: list[int]
     beam: int
@@ -104,8 +100,8 @@ class Trace:
 
 
 def statuses(beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor) -> dict:
-    """(beam, token) -> status for the 2k candidates of a step: ``ends`` finished, ``pos`` (the
-    live ones chosen) kept; every other continuation was pruned."""
+    """(beam, token) -> status for the 2k candidates of a step: ``ends`` finished, ``pos``
+    kept (the others were pruned)."""
     out = {}
     for j, (b, t) in enumerate(zip(beam.tolist(), token.tolist(), strict=True)):
         if ends[j]:
@@ -127,9 +123,8 @@ def record(lives: list[Live], logp: Tensor, base: Tensor, top: int, status: dict
 
 
 class Recorder:
-    """The steps of one sentence's search as it runs (its ``observe``): ``steps[t]``, the live
-    hypotheses expanded at step t, until the sentence is done (a GPU search may run a step
-    past it)."""
+    """The steps of one sentence's search as it runs (its ``observe``), until the sentence is
+    done (a GPU search may run a step past it)."""
 
     def __init__(self, top: int) -> None:
         self.top, self.done = top, False
@@ -138,8 +133,8 @@ class Recorder:
         self.final: list[Hypothesis] = []  # greedy's, its log-probability summed in Python
 
     def greedy(self, logp: Tensor, token: Tensor, alive: Tensor) -> None:
-        """A step of ``greedy_search``: the argmax ``token`` (1,) kept, or finished where it
-        ends the row (``</s>`` or the length limit); the log-probabilities summed in Python."""
+        """A step of ``batched_greedy``: the argmax ``token`` (1,) kept, or finished where it
+        ends the row; the log-probabilities summed in Python."""
         if self.done:
             return
         (h,), best, self.done = self.lives, int(token[0]), not bool(alive[0])
@@ -155,7 +150,7 @@ class Recorder:
         self, logp: Tensor, beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor,
         scores: Tensor, done: Tensor,
     ) -> None:  # fmt: skip
-        """A step of ``beam_search`` (one sentence): the 2k best continuations (``beam``,
+        """A step of ``batched_beam`` (one sentence): the 2k best continuations (``beam``,
         ``token``: (1, 2k)), those that ``ends``, the k kept (``pos``) and their ``scores``."""
         if self.done:
             return
@@ -175,8 +170,8 @@ class Recorder:
 
 @torch.inference_mode()
 def cross_rows(model: Transformer, src: Tensor, prefixes: Sequence[Sequence[int]]) -> Tensor:
-    """The cross-attention row (L, h, S) of each prefix's next-token query: one teacher-forced
-    pass of ``<s>`` + prefix against src (1, S). Returns (N, L, h, S)."""
+    """The cross-attention row (L, h, S) of each prefix's next-token query against src (1, S),
+    from one teacher-forced pass: (N, L, h, S)."""
     y = pad([[BOS_ID, *p] for p in prefixes]).to(src.device)  # (N, T)
     last = torch.tensor([len(p) for p in prefixes], device=src.device)  # (N,)
     model.record_attention(True)
@@ -192,17 +187,16 @@ def cross_rows(model: Transformer, src: Tensor, prefixes: Sequence[Sequence[int]
 def trace_search(
     model: Models, src: Tensor, cfg: DecodeConfig, top: int = 5, compile: str = "auto"
 ) -> Trace:
-    """The search of ``cfg`` (greedy for ``beam`` 1, else beam search with ``nbest = beam``)
-    of one sentence src (1, S), every step recorded with each live hypothesis' ``top`` next
-    tokens and its cross-attention row (of the first model, for an ensemble); ``compile``:
-    how the decode step runs, as for the untraced search."""
+    """The search of ``cfg`` (greedy for ``beam`` 1, else beam search with ``nbest = beam``) of
+    one sentence src (1, S), each step recorded with each live hypothesis' ``top`` next tokens
+    and its cross-attention row (the first model's, for an ensemble)."""
     models, seen = as_list(model), Recorder(top)
     if cfg.beam == 1:
-        greedy_search(models, src, replace(cfg, sampling=None), True, compile, observe=seen.greedy)
+        batched_greedy(models, src, replace(cfg, sampling=None), True, compile, observe=seen.greedy)
         final = seen.final
     else:
         beam = replace(cfg, nbest=cfg.beam)
-        final = beam_search(models, src, beam, True, compile, observe=seen.beam)[0]
+        final = batched_beam(models, src, beam, True, compile, observe=seen.beam)[0]
     traced = Trace(src[0, :-1].tolist(), cfg.beam, cfg.alpha, seen.steps, final)
     lives = [h for step in traced.steps for h in step]
     for h, row in zip(lives, cross_rows(models[0], src, [h.tokens for h in lives]), strict=True):

@@ -4,7 +4,6 @@ reranking on top of the search."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,9 +16,10 @@ from tformer_cli.checkpoint import LoadedRun
 from tformer_cli.config import DecodeConfig, SamplingConfig
 from tformer_cli.data.batching import pad, token_batches
 from tformer_cli.data.tokenizer import EOS_ID, decode, encode
+from tformer_cli.decode.fast import search_threads
 from tformer_cli.decode.mbr import mbr_select
 from tformer_cli.decode.reference import Hypothesis
-from tformer_cli.decode.search import DEFAULT, Models, as_list, search
+from tformer_cli.decode.search import DEFAULT, Models, as_list, batched_beam, batched_greedy
 from tformer_cli.device import inference
 from tformer_cli.errors import TformerError
 
@@ -47,15 +47,25 @@ class Translation:
     seconds: float
 
 
-def check_lengths(lengths: list[int], limit: int, first: int) -> None:
-    """An error naming the first source longer than ``limit`` tokens, ``</s>`` included, by
-    its number counted from ``first``."""
-    too_long = next((i for i, n in enumerate(lengths) if n > limit), None)
+def blank_results(
+    sources: Sequence[Sequence[int]],
+    limit: int,
+    first: int,
+    on_batch: Callable[[int], None] | None,
+) -> tuple[list[Translation], list[int]]:
+    """An empty translation for each source, kept for blank ones (``on_batch`` hears of them),
+    and the indices of the others; an error naming the first source longer than ``limit``
+    tokens, ``</s>`` included, by its number counted from ``first``."""
+    too_long = next((i for i, s in enumerate(sources) if len(s) + 1 > limit), None)
     if too_long is not None:
         raise TformerError(
-            f"input {first + too_long} has {lengths[too_long]} tokens;"
+            f"input {first + too_long} has {len(sources[too_long]) + 1} tokens;"
             f" this model reads at most {limit}"
         )
+    real = [i for i, s in enumerate(sources) if s]
+    if on_batch is not None and len(real) < len(sources):
+        on_batch(len(sources) - len(real))
+    return [Translation([Hypothesis([], 0.0, 0.0)], 0.0)] * len(sources), real
 
 
 def translate_ids(
@@ -68,40 +78,31 @@ def translate_ids(
     first: int = 1,
     compile: str = "auto",
 ) -> list[Translation]:
-    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order.
-    An empty input (a blank line) gets one empty translation without running the model.
-    A source longer than the model's positions (``</s>`` included) is an error naming it by
-    its number, counted from ``first``: nothing is cut off silently.
-
-    ``batching``: how the sources are batched (``Batching``); ``on_batch(n)`` is called after
-    each batch of n sentences (for progress bars);
-    ``compile``: how the decode step runs (``DecodeStep``). Samples (``cfg.sampling``) are
-    drawn from one generator seeded with ``cfg.seed``: the same inputs, batches and device give
-    the same samples.
-    """
+    """Translate token lists (no ``</s>``) in length-sorted batches; results in input order
+    (``blank_results``: blank inputs, too long ones). ``on_batch(n)`` is called after each batch
+    of n sentences; samples are drawn from one generator seeded with ``cfg.seed``."""
     models = as_list(model)
     device = next(models[0].parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed) if cfg.sampling else None
-    lengths = [len(s) + 1 for s in sources]
-    check_lengths(lengths, min(m.cfg.max_positions for m in models), first)
-    empty = Translation([Hypothesis([], 0.0, 0.0)], 0.0)
-    results = [None if s else empty for s in sources]
-    real = [i for i, s in enumerate(sources) if s]
-    if on_batch is not None and len(real) < len(sources):
-        on_batch(len(sources) - len(real))
-    for sub in token_batches(
-        [lengths[i] for i in real], batching.max_tokens, max_sentences=batching.max_sentences
-    ):
+    limit = min(m.cfg.max_positions for m in models)
+    results, real = blank_results(sources, limit, first, on_batch)
+    rows = cfg.nbest if cfg.sampling is not None else cfg.beam  # per sentence
+    lengths = [len(sources[i]) + 1 for i in real]
+    for sub in token_batches(lengths, batching.max_tokens, max_sentences=batching.max_sentences):
         batch = [real[j] for j in sub]
         start = time.perf_counter()
         src = pad([[*sources[i], EOS_ID] for i in batch]).to(device)
-        nbest = search(models, src, cfg, batching.use_cache, compile, generator)
+        with search_threads(device, len(batch) * rows):  # as ``search``, without its frame
+            if cfg.beam == 1:
+                nbest = batched_greedy(models, src, cfg, batching.use_cache, compile, generator)
+            else:
+                nbest = batched_beam(models, src, cfg, batching.use_cache, compile)
         seconds = (time.perf_counter() - start) / len(batch)
         for i, hyps in zip(batch, nbest, strict=True):
             results[i] = Translation(hyps, seconds)
         if on_batch is not None:
             on_batch(len(batch))
-    return results  # type: ignore[return-value]
+    return results
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,12 @@ def describe(cfg: DecodeConfig) -> str:
     return "greedy" if cfg.beam == 1 else f"beam {cfg.beam}"
 
 
-def mbr_candidates(cfg: DecodeConfig) -> DecodeConfig:
-    """The search that draws ``cfg.mbr`` candidates per input: samples (``cfg.sampling``, else
-    plain ancestral sampling), or the n-best list of a beam at least that wide."""
+def search_config(cfg: DecodeConfig) -> DecodeConfig:
+    """The search behind ``cfg``: itself, or with ``cfg.mbr`` the one that finds ``cfg.mbr``
+    candidates per input: samples (``cfg.sampling``, else plain ancestral sampling), or the
+    n-best list of a beam at least that wide."""
+    if not cfg.mbr:
+        return cfg
     if cfg.mbr_from == "beam":
         return dataclasses.replace(cfg, beam=max(cfg.beam, cfg.mbr), nbest=cfg.mbr, sampling=None)
     return dataclasses.replace(
@@ -154,6 +158,18 @@ def mbr_rerank(
     ]
 
 
+def detokenized(
+    tokenizer: Tokenizer, found: Translation, cfg: DecodeConfig
+) -> tuple[list[str], Translation]:
+    """The n-best of a search of ``search_config(cfg)`` as text; with ``cfg.mbr``, the minimum
+    Bayes risk choice first (``mbr_rerank``), ``cfg.nbest`` kept."""
+    texts, hyps = decode(tokenizer, [h.tokens for h in found.hypotheses]), found.hypotheses
+    if cfg.mbr:
+        texts, hyps = mbr_rerank(texts, hyps, cfg.mbr_utility)
+        texts, hyps = texts[: cfg.nbest], hyps[: cfg.nbest]
+    return texts, Translation(hyps, found.seconds)
+
+
 def translate_sources(
     models: Models,
     tokenizer: Tokenizer,
@@ -167,18 +183,16 @@ def translate_sources(
 ) -> list[tuple[list[str], Translation]]:
     """``translate_ids`` and the detokenized n-best of each input; with ``cfg.mbr``, the
     minimum Bayes risk choice among ``cfg.mbr`` candidates first (``cfg.nbest`` kept)."""
-    search_cfg = mbr_candidates(cfg) if cfg.mbr else cfg
-    results = translate_ids(
-        models, sources, search_cfg, batching, on_batch=on_batch, first=first, compile=compile
+    found = translate_ids(
+        models,
+        sources,
+        search_config(cfg),
+        batching,
+        on_batch=on_batch,
+        first=first,
+        compile=compile,
     )
-    out = []
-    for r in results:
-        texts, hyps = decode(tokenizer, [h.tokens for h in r.hypotheses]), r.hypotheses
-        if cfg.mbr:
-            texts, hyps = mbr_rerank(texts, hyps, cfg.mbr_utility)
-            texts, hyps = texts[: cfg.nbest], hyps[: cfg.nbest]
-        out.append((texts, Translation(hyps, r.seconds)))
-    return out
+    return [detokenized(tokenizer, r, cfg) for r in found]
 
 
 class SourcesEngine(Protocol):
@@ -208,16 +222,27 @@ def translate_texts(
     engine: SourcesEngine | None = None,
 ) -> list[TextTranslation]:
     """Tokenize, translate and detokenize sentences with a loaded run (or an ensemble of runs
-    sharing a tokenizer, see ``checkpoint.load_runs``), in input order (``first``: the number
-    of the first text, for error messages); ``engine``: what translates the token lists
-    (default: tformer's search, ``translate_sources``)."""
+    sharing a tokenizer), in input order; ``engine``: what translates the token lists (default:
+    tformer's search, as ``translate_sources``)."""
     runs = [run] if isinstance(run, LoadedRun) else list(run)
     lead = runs[0]
-    models = [r.model for r in runs]
-    translate = engine or functools.partial(translate_sources, models, compile=lead.compile)
     with inference(lead.device, lead.dtype):
         sources = encode(lead.tokenizer, texts)
-        results = translate(lead.tokenizer, sources, cfg, batching, on_batch=on_batch, first=first)
+        if engine is not None:
+            results = engine(lead.tokenizer, sources, cfg, batching, on_batch=on_batch, first=first)
+        else:  # ``translate_sources`` written out: one frame fewer above the model
+            models = [r.model for r in runs]
+            search = search_config(cfg)
+            found = translate_ids(
+                models,
+                sources,
+                search,
+                batching,
+                on_batch=on_batch,
+                first=first,
+                compile=lead.compile,
+            )
+            results = [detokenized(lead.tokenizer, r, cfg) for r in found]
     return [
         TextTranslation(text, out, r.hypotheses, r.seconds)
         for text, (out, r) in zip(texts, results, strict=True)

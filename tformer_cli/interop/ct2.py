@@ -1,11 +1,6 @@
-"""Export a run to CTranslate2: a ``Converter`` that fills a ``TransformerSpec`` from the model.
-
-Every weight is copied as it is; the position table is written explicitly (sinusoidal or
-learned alike, so CTranslate2 adds exactly the rows the model adds). The vocabulary is the
-tokenizer's, in id order (``<pad>`` ``<unk>`` ``<s>`` ``</s>`` first); CTranslate2 appends
-``</s>`` to each source, as ``translate_ids`` does, and starts the decoder at ``<s>``. The
-run's ``tokenizer.json`` goes along (CTranslate2 itself reads token strings).
-"""
+"""Export a run to CTranslate2: a ``Converter`` that fills a ``TransformerSpec`` from the model,
+every weight as it is and the position table written out; the run's ``tokenizer.json`` goes
+along (CTranslate2 itself reads token strings)."""
 
 from __future__ import annotations
 
@@ -35,8 +30,7 @@ CACHE = "ctranslate2"  # RUN/ctranslate2/<model.pt hash>-<quantization>/
 def export_ctranslate2(
     run_dir: Path, out_dir: Path, quantization: str = "float32", replace: bool = False
 ) -> Path:
-    """Write the run's CTranslate2 model (weights stored as ``quantization``) and tokenizer to
-    ``out_dir``, whole or not at all; ``replace``: over an existing folder."""
+    """Write the run's CTranslate2 model and tokenizer to ``out_dir``, whole or not at all."""
     if quantization not in QUANTIZATIONS:
         raise TformerError(f"unknown quantization {quantization!r}: use {', '.join(QUANTIZATIONS)}")
     run = load_run(run_dir, device="cpu", precision="fp32")
@@ -51,8 +45,7 @@ def export_ctranslate2(
 
 
 def ctranslate2_cache(run_dir: Path, quantization: str = "float32") -> Path:
-    """Where the run keeps its CTranslate2 export: a folder named by the hash of ``model.pt``
-    (a retrained or averaged model gets a new one) and the quantization."""
+    """Where the run keeps its CTranslate2 export, named by the hash of ``model.pt``."""
     return run_dir / CACHE / f"{file_sha256(run_dir / 'model.pt')[:16]}-{quantization}"
 
 
@@ -127,8 +120,7 @@ def set_norm(spec: object, norm: nn.Module) -> None:
 
 
 def set_attention(spec: object, attn: MultiHeadAttention, norm: nn.LayerNorm) -> None:
-    """Self-attention: the fused W^Q|W^K|W^V, as CTranslate2 fuses them; cross-attention:
-    W^Q, then the fused W^K|W^V; then W^O, and the sublayer's LayerNorm."""
+    """The fused projections as CTranslate2 fuses them, W^O, and the sublayer's LayerNorm."""
     projections = [attn.w_q, attn.w_kv] if attn.cross else [attn.w_qkv]
     for linear_spec, linear in zip(spec.linear, [*projections, attn.w_o], strict=True):  # type: ignore[attr-defined]
         set_linear(linear_spec, linear)

@@ -1,29 +1,11 @@
-"""``--engine ctranslate2``: a run decoded through its CTranslate2 export, behind tformer's own
-interface. The export is made on first use in ``RUN/ctranslate2/<model.pt hash>-<type>/``
-(``ctranslate2_cache``) and reused until model.pt changes; ``translate_on_ct2`` takes what
-``decode.translate.translate_sources`` takes and returns the same ``Translation``s.
+"""``--engine ctranslate2``: a run decoded through its CTranslate2 export (made on first use in
+``RUN/ctranslate2/<model.pt hash>-<type>/``), behind ``translate_sources``'s interface.
 
-tformer's settings in CTranslate2's terms (``translate_batch``):
-
-- sources: token strings without ``</s>``, which CTranslate2 appends (the export's
-  ``add_source_eos``); the decoder starts at ``<s>``; no source is cut (``max_input_length=0``);
-- ``beam_size = beam``, ``num_hypotheses = nbest``, ``min_decoding_length = min_len``;
-- ``max_decoding_length``: tformer's limit ``a * |src| + b`` (``</s>`` included, as CTranslate2
-  counts it) is one number per ``translate_batch`` call, so the sources go in one call per
-  limit, i.e. per source length, each call batched by CTranslate2 (``max_tokens`` source tokens,
-  or ``max_sentences`` sentences, per batch);
-- ``length_penalty = alpha`` (beam only): CTranslate2 divides the log-probability by
-  ``|Y|^alpha``, where tformer's beam divides by GNMT's ``((5 + |Y|) / 6)^alpha`` (``|Y|`` with
-  ``</s>`` in both): the two searches agree at alpha 0 and differ by definition above it;
-- sampling: ``sampling_temperature``, ``sampling_topk`` (0: no cut), ``sampling_topp``, after
-  ``set_random_seed(seed)``: the same command draws the same samples (CTranslate2 seeds each of
-  its threads at its first draw, so later calls in one process go on from there); no epsilon;
-- threads: ``intra_threads`` = torch's CPU threads for the command (``$TFORMER_THREADS``, or
-  ``--threads`` where the command has it: docs/cli.md).
-
-A hypothesis' ``score`` is CTranslate2's (``return_scores``), its ``logprob`` that score times
-the penalty it was divided by, and it is ``finished`` when it ends in ``</s>``
-(``return_end_token``).
+Where the two differ: tformer's length limit ``a * |src| + b`` is one number per
+``translate_batch`` call, so the sources go in one call per limit; CTranslate2's length penalty
+divides by ``|Y|^alpha``, not GNMT's ``((5 + |Y|) / 6)^alpha`` (the searches agree at alpha 0);
+samples are seeded with ``set_random_seed(seed)``, and epsilon sampling is refused. A
+hypothesis' ``logprob`` is CTranslate2's score times the penalty it was divided by.
 """
 
 from __future__ import annotations
@@ -51,7 +33,7 @@ from tformer_cli.decode.translate import (
     Batching,
     SourcesEngine,
     Translation,
-    check_lengths,
+    blank_results,
 )
 from tformer_cli.errors import TformerError
 from tformer_cli.interop.ct2 import ctranslate2_cache, export_ctranslate2, vocabulary
@@ -62,8 +44,7 @@ END = SPECIAL_TOKENS[EOS_ID]
 
 
 def refusal(cfg: DecodeConfig, runs: int = 1, use_cache: bool = True) -> str | None:
-    """What CTranslate2 cannot do of a search ``cfg`` over ``runs`` runs, as a one-line refusal
-    that names ``--engine torch``; ``None`` when it can."""
+    """Why CTranslate2 cannot run the search ``cfg`` over ``runs`` runs; None when it can."""
     cannot = {
         "an ensemble of runs": runs > 1,
         "minimum Bayes risk (--mbr)": cfg.mbr > 0,
@@ -87,8 +68,7 @@ class Ct2Model:
 
 
 def compute_type(run: LoadedRun) -> str:
-    """CTranslate2's type for the run's precision (fp32, int8, bf16); a one-line error where
-    CTranslate2 has none on the run's device."""
+    """CTranslate2's type for the run's precision, if it has one on the run's device."""
     kind = COMPUTE_TYPES.get(run.dtype)
     if kind is None or kind not in ctranslate2.get_supported_compute_types(run.device.type):
         raise TformerError(
@@ -99,9 +79,8 @@ def compute_type(run: LoadedRun) -> str:
 
 
 def exported(run: LoadedRun, quantization: str) -> Path:
-    """The run's export of ``quantization``, made now if model.pt has none yet, when the
-    exports of earlier model.pt files go (another process making it at the same time is fine:
-    the folder appears whole or not at all)."""
+    """The run's export of ``quantization``, made now if model.pt has none yet (the exports of
+    earlier model.pt files then go)."""
     folder = ctranslate2_cache(run.run_dir, quantization)
     if (folder / "model.bin").is_file():
         return folder
@@ -117,8 +96,7 @@ def exported(run: LoadedRun, quantization: str) -> Path:
 
 
 def load_ctranslate2(run: LoadedRun) -> Ct2Model:
-    """The CTranslate2 translator of ``run`` on its device, precision and CPU threads,
-    exporting it first if needed."""
+    """The CTranslate2 translator of ``run`` on its device, precision and CPU threads."""
     if run.device.type not in ("cpu", "cuda"):
         raise TformerError(
             f"CTranslate2 runs on cpu or cuda, not {run.device.type}: use --device cpu,"
@@ -136,8 +114,7 @@ def load_ctranslate2(run: LoadedRun) -> Ct2Model:
 
 
 def ctranslate2_engine(run: LoadedRun) -> SourcesEngine:
-    """``translate_on_ct2`` bound to the run's CTranslate2 translator: what ``translate_texts``
-    and ``tformer eval`` call in place of tformer's search."""
+    """``translate_on_ct2`` bound to the run's CTranslate2 translator."""
     return functools.partial(translate_on_ct2, load_ctranslate2(run))
 
 
@@ -158,8 +135,7 @@ def search_options(cfg: DecodeConfig) -> dict[str, Any]:
 
 
 def hypothesis(model: Ct2Model, tokens: list[str], score: float, alpha: float) -> Hypothesis:
-    """One CTranslate2 hypothesis (``</s>`` at its end if it finished) as tformer's: ids
-    without ``</s>``, the log-probability ``score * |Y|^alpha``, the score."""
+    """One CTranslate2 hypothesis as tformer's, its log-probability ``score * |Y|^alpha``."""
     finished = tokens[-1:] == [END]
     ids = [model.ids[t] for t in (tokens[:-1] if finished else tokens)]
     return Hypothesis(ids, score * len(tokens) ** alpha, score, finished)
@@ -168,8 +144,7 @@ def hypothesis(model: Ct2Model, tokens: list[str], score: float, alpha: float) -
 def limit_groups(
     sources: Sequence[Sequence[int]], real: list[int], cfg: DecodeConfig, max_positions: int
 ) -> dict[int, list[int]]:
-    """The indices ``real`` of ``sources`` by their limit on generated tokens (``max_lengths``,
-    which depends on the source's length only): one ``translate_batch`` call each."""
+    """The indices ``real`` of ``sources`` by their limit on generated tokens (``max_lengths``)."""
     if not real:
         return {}
     limits = max_lengths(pad([[*sources[i], EOS_ID] for i in real]), cfg, max_positions)
@@ -189,18 +164,11 @@ def translate_on_ct2(
     on_batch: Callable[[int], None] | None = None,
     first: int = 1,
 ) -> list[tuple[list[str], Translation]]:
-    """``decode.translate.translate_sources`` on CTranslate2: the n-best of each token list (no
-    ``</s>``), detokenized, in input order; ``seconds``: its call's time per sentence. What
-    CTranslate2 cannot do (``refusal``) is an error."""
+    """``decode.translate.translate_sources`` on CTranslate2; what it cannot do is an error."""
     why = refusal(cfg, use_cache=batching.use_cache)
     if why is not None:
         raise TformerError(why)
-    lengths = [len(s) + 1 for s in sources]
-    check_lengths(lengths, model.max_positions, first)
-    results = [Translation([Hypothesis([], 0.0, 0.0)], 0.0)] * len(sources)  # blank lines
-    real = [i for i, s in enumerate(sources) if s]
-    if on_batch is not None and len(real) < len(sources):
-        on_batch(len(sources) - len(real))
+    results, real = blank_results(sources, model.max_positions, first, on_batch)
     by_limit = limit_groups(sources, real, cfg, model.max_positions)
     options = search_options(cfg)
     size, unit = (batching.max_sentences, "examples") if batching.max_sentences else (

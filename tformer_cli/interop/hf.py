@@ -1,19 +1,18 @@
 """Hugging Face: a run exported as a ``MarianMTModel`` folder, and a Marian checkpoint (a hub
 name or a folder) imported as a run.
 
-An import keeps tformer's special ids (``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3) by
-permuting the vocabulary rows: our id i is Marian's id ``order[i]``. Marian starts its decoder at
-its ``<pad>`` row (``decoder_start_token_id``), which becomes our ``<s>`` as well as our
-``<pad>``; the two get an output bias of ``BANNED`` (Marian's generation bans ``<pad>`` with
-``bad_words_ids``; tformer's search has no ban list). Each side's SentencePiece model becomes a
-``tokenizers`` Unigram over that one vocabulary (pieces the side's model lacks get a score far
-below the unknown-piece penalty, so they are never chosen): ``tokenizer.json`` encodes sources,
-``target_tokenizer.json`` targets.
+An import keeps tformer's special ids by permuting the vocabulary rows: our id i is Marian's id
+``order[i]``. Marian starts its decoder at its ``<pad>`` row, which becomes our ``<s>`` as well
+as our ``<pad>``; the two get an output bias of ``BANNED`` (tformer's search has no ban list).
+Each side's SentencePiece model becomes a ``tokenizers`` Unigram over that one vocabulary. An
+export keeps the run's own settings in its ``config.json`` under ``tformer``, so that importing
+it gives back the run as it was.
 
-An export keeps, in its ``config.json`` under ``tformer``, the run's settings that Marian's
-config cannot hold (its ``ModelConfig``, and the ``beam_alpha``, precision and languages that
-decoding reads); importing it gives back the run as it was: the same weights and ids, its own
-tokenizer, and no ids banned.
+The weights' only difference is where the position table puts its sines and cosines: ours
+interleaves them, Marian's puts the sines in the first half of the model dimension. A fixed
+permutation P of the d_model coordinates maps one onto the other (``marian[..., j] =
+tformer[..., P[j]]``); applied to every tensor that reads or writes the residual stream, it
+leaves every attention score and FFN activation unchanged (``to_marian``, ``from_marian``).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from torch import Tensor
 
 from tformer_cli.checkpoint import (
     RUNS_DIR,
@@ -49,7 +49,6 @@ from tformer_cli.data.tokenizer import (
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.interop.folder import write_folder
-from tformer_cli.interop.marian import POSITION_KEYS, from_marian, to_marian
 from tformer_cli.model import Transformer
 
 BANNED = -1e4  # output bias of the ids Marian never generates: finite, so training stays finite
@@ -60,9 +59,113 @@ TRAVELS = ("beam_alpha", "precision", "max_len", "src_lang", "tgt_lang", "vocab_
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # what MarianTokenizer reads
 
 
+# ---------------------------------------------------------------------------- weights
+OURS_OF_VOCAB_KEY = {
+    "model.shared.weight": "src_embed.tokens.weight",
+    "model.encoder.embed_tokens.weight": "src_embed.tokens.weight",
+    "model.decoder.embed_tokens.weight": "tgt_embed.tokens.weight",
+    "lm_head.weight": "generator.weight",
+}
+VOCAB_KEYS = tuple(OURS_OF_VOCAB_KEY)  # the shared table first
+POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+
+
+class Pair(NamedTuple):
+    """A Marian tensor and the tformer tensor it is (a block of ``rows`` of it, if fused);
+    ``axis``: the dimension that indexes the residual stream (None: neither)."""
+
+    marian: str
+    ours: str
+    axis: int | None
+    rows: slice | None = None
+
+
+def stream_permutation(d_model: int) -> Tensor:
+    """P: Marian's coordinate j is our coordinate P[j] (our sines, the even ones, then our
+    cosines, the odd ones). Shape (d_model,)."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def layer_pairs(cfg: ModelConfig) -> list[Pair]:
+    """Every per-layer tensor of the two models, paired (embeddings and output layer aside)."""
+    d = cfg.d_model
+    pairs: list[Pair] = []
+
+    def linear(marian: str, ours: str, reads: bool, rows: slice | None = None) -> None:
+        # a Linear reading the stream has it on its weight's columns; one writing it, on the
+        # rows of its weight and its bias
+        pairs.append(Pair(f"{marian}.weight", f"{ours}.weight", 1 if reads else 0, rows))
+        pairs.append(Pair(f"{marian}.bias", f"{ours}.bias", None if reads else 0, rows))
+
+    def norm(marian: str, ours: str) -> None:
+        pairs.extend(Pair(f"{marian}.{p}", f"{ours}.{p}", 0) for p in ("weight", "bias"))
+
+    def attention(marian: str, ours: str, cross: bool) -> None:
+        blocks = [slice(i * d, (i + 1) * d) for i in range(3)]
+        if cross:  # W^Q alone, W^K|W^V fused
+            linear(f"{marian}.q_proj", f"{ours}.w_q", True)
+            linear(f"{marian}.k_proj", f"{ours}.w_kv", True, blocks[0])
+            linear(f"{marian}.v_proj", f"{ours}.w_kv", True, blocks[1])
+        else:
+            for name, block in zip(("q_proj", "k_proj", "v_proj"), blocks, strict=True):
+                linear(f"{marian}.{name}", f"{ours}.w_qkv", True, block)
+        linear(f"{marian}.out_proj", f"{ours}.w_o", False)
+
+    def ffn(marian: str, ours: str, residual: str) -> None:
+        linear(f"{marian}.fc1", f"{ours}.ffn.w_1", True)
+        linear(f"{marian}.fc2", f"{ours}.ffn.w_2", False)
+        norm(f"{marian}.final_layer_norm", f"{ours}.{residual}.norm")
+
+    for i in range(cfg.n_encoder_layers):
+        m, t = f"model.encoder.layers.{i}", f"encoder.{i}"
+        attention(f"{m}.self_attn", f"{t}.self_attn", cross=False)
+        norm(f"{m}.self_attn_layer_norm", f"{t}.res_attn.norm")
+        ffn(m, t, "res_ffn")
+    for i in range(cfg.n_decoder_layers):
+        m, t = f"model.decoder.layers.{i}", f"decoder.{i}"
+        attention(f"{m}.self_attn", f"{t}.self_attn", cross=False)
+        norm(f"{m}.self_attn_layer_norm", f"{t}.res_self.norm")
+        attention(f"{m}.encoder_attn", f"{t}.cross_attn", cross=True)
+        norm(f"{m}.encoder_attn_layer_norm", f"{t}.res_cross.norm")
+        ffn(m, t, "res_ffn")
+    return pairs
+
+
+def to_marian(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """Marian's tensors (every one but its position tables, which it computes itself) from a
+    post-LN, sinusoidal tformer state dict; the vocabulary keeps tformer's ids."""
+    perm = stream_permutation(cfg.d_model)
+    out = {}
+    for p in layer_pairs(cfg):
+        x = ours[p.ours] if p.rows is None else ours[p.ours][p.rows]
+        out[p.marian] = x if p.axis is None else x.index_select(p.axis, perm)
+    for key in VOCAB_KEYS if cfg.tie_embeddings else VOCAB_KEYS[1:]:  # untied: no shared table
+        out[key] = ours[OURS_OF_VOCAB_KEY[key]].index_select(1, perm)
+    bias = ours.get("generator.bias")
+    out["final_logits_bias"] = (bias if bias is not None else torch.zeros(cfg.vocab_size))[
+        None
+    ]  # (1, V)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def from_marian(marian: dict[str, Tensor], cfg: ModelConfig, order: Tensor) -> dict[str, Tensor]:
+    """A tformer state dict (position buffers aside) from Marian's tensors; our token id i is
+    Marian's id ``order[i]``. The output bias comes without changes; the caller adjusts it."""
+    inverse = torch.argsort(stream_permutation(cfg.d_model))
+    parts: dict[str, list[Tensor]] = {}
+    for p in layer_pairs(cfg):  # fused blocks come in row order
+        x = marian[p.marian]
+        x = x if p.axis is None else x.index_select(p.axis, inverse)
+        parts.setdefault(p.ours, []).append(x)
+    out = {k: torch.cat(v) if len(v) > 1 else v[0] for k, v in parts.items()}
+    for key in VOCAB_KEYS[1:]:  # embed_tokens of each side, and the output layer
+        out[OURS_OF_VOCAB_KEY[key]] = marian[key][order].index_select(1, inverse)
+    out["generator.bias"] = marian["final_logits_bias"][0][order]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
 def quiet_transformers() -> None:
-    """No progress bars, info lines or warnings from ``transformers``: the command says what
-    it did in one line, and stderr keeps to errors."""
+    """No progress bars, info lines or warnings from ``transformers``."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
@@ -80,15 +183,10 @@ def marian_refusal(cfg: ModelConfig) -> str | None:
 
 
 def export_hf(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run as a ``MarianMTModel`` folder that transformers' ``AutoTokenizer`` and
-    ``AutoModelForSeq2SeqLM`` load (and, in transformers 4, ``pipeline("translation")``):
-    config (with the run's own settings under ``tformer``), safetensors weights, a
-    ``PreTrainedTokenizerFast`` (``tokenizer.json``, appending ``</s>`` to each source; an
-    import's target tokenizer beside it) and a generation config: greedy (``generate()`` finds
-    what ``translate --greedy`` finds) within the model's positions. The run's ``beam_alpha``
-    stays under ``tformer`` only: transformers' ``length_penalty`` divides by |Y|^alpha, not by
-    GNMT's ((5 + |Y|) / 6)^alpha, and the same alpha would rank beams otherwise. Whole or not at
-    all."""
+    """Write the run, whole or not at all, as a ``MarianMTModel`` folder that transformers'
+    ``AutoTokenizer`` and ``AutoModelForSeq2SeqLM`` load, with a greedy generation config. The
+    run's ``beam_alpha`` stays under ``tformer`` only: transformers' ``length_penalty`` divides
+    by |Y|^alpha, not by GNMT's ((5 + |Y|) / 6)^alpha."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
     quiet_transformers()
@@ -151,8 +249,8 @@ def tokenizer_json(raw: dict[str, Any]) -> str:
 
 
 def run_settings(config: RunConfig) -> dict[str, Any]:
-    """What an export keeps of the run's ``config.json``: its model settings, the training
-    settings that decoding reads (``TRAVELS``), and its data where they name no local path."""
+    """What an export keeps of the run's ``config.json``: the model, ``TRAVELS``, and its data
+    where they name no local path."""
     train = {name: getattr(config.train, name) for name in TRAVELS}
     data = config.train.data
     train["data"] = data if data == "toy" or data.startswith("hf:") else "none"
@@ -161,8 +259,7 @@ def run_settings(config: RunConfig) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- import
 class Made(NamedTuple):
-    """A run about to be written: its settings, weights and tokenizers (the JSON of each file:
-    ``tokenizer.json``, and ``target_tokenizer.json`` where the target side's differs)."""
+    """A run about to be written: its settings, weights and tokenizers' JSON by file name."""
 
     model: ModelConfig
     train: TrainConfig
@@ -171,9 +268,8 @@ class Made(NamedTuple):
 
 
 def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = None) -> Path:
-    """Make ``runs_dir/name`` a run from a Marian checkpoint: ``hf:NAME`` (the Hub, or its
-    cache with ``HF_HUB_OFFLINE=1``) or a folder; one of tformer's exports (``--to hf``) comes
-    back as the run it was. Whole or not at all."""
+    """Make ``runs_dir/name`` a run, whole or not at all, from a Marian checkpoint (``hf:NAME``
+    or a folder); one of tformer's exports comes back as the run it was."""
     run_dir = runs_dir / (name or source.removeprefix("hf:").rstrip("/").split("/")[-1])
     if run_dir.exists():
         raise TformerError(f"{run_dir} already exists: give the import another --name")
@@ -191,9 +287,7 @@ def import_marian(source: str, runs_dir: Path = RUNS_DIR, name: str | None = Non
 
 
 def marian_config(source: str) -> tuple[str, Any]:
-    """Where ``transformers`` finds ``source`` (``hf:NAME`` or a folder), and its Marian config;
-    one-line errors for an unreachable Hub, a missing model, a CTranslate2 export or a folder
-    that is not a Marian checkpoint."""
+    """Where ``transformers`` finds ``source`` (``hf:NAME`` or a folder), and its Marian config."""
     from transformers import AutoConfig
 
     quiet_transformers()
@@ -217,8 +311,7 @@ def marian_config(source: str) -> tuple[str, Any]:
 
 
 def marian_model(source: str, where: str) -> Any:
-    """The ``MarianMTModel`` at ``where``, in eval mode; a one-line error for missing or corrupt
-    weights."""
+    """The ``MarianMTModel`` at ``where``, in eval mode."""
     from transformers import MarianMTModel
 
     try:
@@ -228,8 +321,7 @@ def marian_model(source: str, where: str) -> Any:
 
 
 def marian_run(source: str, where: str, config: Any) -> Made:
-    """A Marian checkpoint as opus-mt's are laid out (SentencePiece per side, one vocabulary),
-    its ids permuted to tformer's special ids (see the module's docstring)."""
+    """A Marian checkpoint laid out as opus-mt's, its ids permuted to tformer's special ids."""
     from transformers import MarianTokenizer
 
     local = not source.startswith("hf:")  # a Hub model's files come with from_pretrained
@@ -266,9 +358,8 @@ def marian_run(source: str, where: str, config: Any) -> Made:
 
 
 def exported_run(source: str, where: str, config: Any) -> Made:
-    """One of tformer's exports as the run it was: its settings from the ``tformer`` entry,
-    the weights in its own ids (nothing banned, no output bias it did not have), its tokenizers'
-    JSON as the run had it (less the post-processor that appends ``</s>`` for transformers)."""
+    """One of tformer's exports as the run it was: its settings, weights and tokenizers' JSON
+    (less the post-processor that appends ``</s>`` for transformers)."""
     from transformers.utils import cached_file
 
     settings = getattr(config, SETTINGS)
@@ -304,8 +395,7 @@ def exported_run(source: str, where: str, config: Any) -> Made:
 
 def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
     """Our ``ModelConfig`` for a Marian config, and ``order``: Marian's id of each of our ids
-    (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order).
-    What tformer's model cannot express is a one-line error."""
+    (its ``<pad>``, ``<unk>``, decoder start and ``</s>`` first, then the rest in its order)."""
     refusals = {
         "it does not scale embeddings by sqrt(d_model)": not config.scale_embedding,
         "its encoder and decoder differ in heads or FFN width": (
@@ -362,10 +452,8 @@ def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
 
 
 def spm_pipeline(tok: Tokenizer, spec: Any, user_defined: list[str], byte_fallback: bool) -> None:
-    """Give ``tok`` the normalizer, pre-tokenizer and decoder of a SentencePiece model's
-    normalizer ``spec``, in SentencePiece's order, as ``transformers`` >= 5.24 converts them
-    (before, its converter added no dummy prefix): the character map, extra spaces removed,
-    spaces as ``▁``, the dummy prefix; user-defined pieces kept whole."""
+    """Give ``tok`` the normalizer, pre-tokenizer and decoder of a SentencePiece normalizer
+    ``spec``, as ``transformers`` >= 5.24 converts them; user-defined pieces kept whole."""
     steps: list[Any] = []
     if spec.precompiled_charsmap:
         steps.append(normalizers.Precompiled(spec.precompiled_charsmap))

@@ -13,9 +13,7 @@ from tformer_cli.model import fast
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Additive mask hiding padded keys: 0 where a token is real, -inf where it is padding.
-
-    Shape: tokens (B, S) -> (B, 1, 1, S), broadcast over heads and query positions.
-    """
+    tokens (B, S) -> (B, 1, 1, S), broadcast over heads and query positions."""
     mask = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     return mask.masked_fill(tokens == pad_id, float("-inf"))[:, None, None, :]  # (B, 1, 1, S)
 
@@ -33,10 +31,8 @@ def causal_mask(size: int, device: torch.device | None = None) -> Tensor:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V, the explicit path (eq. 1).
-
-    Returns the output (B, h, T, d_k) and the weights (B, h, T, S) that inspection needs.
-    """
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1): the output (B, h, T, d_k)
+    and the weights (B, h, T, S) that inspection needs."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, d_k) x (B, h, d_k, S)
     if mask is not None:
         scores = scores + mask
@@ -48,11 +44,8 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(QW^Q_i, KW^K_i, VW^V_i).
 
     Self-attention projects Q, K and V with one fused linear layer; cross-attention projects Q
-    from the decoder and K, V from the encoder memory (once per sentence, see ``project_kv``).
-    Setting ``record_weights`` switches to the explicit path and keeps the last weights in
-    ``weights`` (B, h, T, S); otherwise PyTorch's fused kernel runs where it is the faster
-    (``attend``).
-    """
+    from the decoder and K, V from the encoder memory (``project_kv``). ``record_weights`` keeps
+    the last weights in ``weights`` (B, h, T, S)."""
 
     def __init__(self, d_model: int, h: int, *, cross: bool) -> None:
         super().__init__()
@@ -84,13 +77,11 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O from x (B, T, d): (B, T, d).
 
-        Self-attention projects Q, K, V from x; with a ``cache``, the K, V buffer (2, B, h,
-        T_max, d_k), the new keys and values are written at ``slots`` (T,) and the queries
-        attend to its first ``span`` slots, ``mask`` (T, span) hiding those not yet filled
-        (``write_cache``).
-        Cross-attention takes the memory's projected ``kv`` (2, B', h, S, d_k); B = n * B' rows
-        (n beams per sentence) attend as extra query rows of their sentence (``fold_beams``).
-        ``causal``: the square causal mask of a decoder pass from position 0.
+        With a ``cache``, the K, V buffer (2, B, h, T_max, d_k), the new keys and values are
+        written at ``slots`` (T,) and the queries attend to its first ``span`` slots, ``mask``
+        (T, span) hiding those not yet filled. Cross-attention takes the memory's ``kv`` (2, B',
+        h, S, d_k); B = n * B' rows (n beams a sentence) attend as extra query rows of their
+        sentence (``fold_beams``). ``causal``: the square causal mask of a pass from position 0.
         """
         B, T, _ = x.shape
         span = None if mask is None else mask.size(-1)  # the slots a cached step attends to
@@ -125,9 +116,8 @@ class MultiHeadAttention(nn.Module):
         return qkv[0], k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V (eq. 1), (B, h, T, d_k): the
-        explicit ``attention``, or the same computed by PyTorch's fused kernel where it is the
-        faster (``fast.fused_attention``) and the weights are not recorded."""
+        """Attention(Q, K, V) (eq. 1), (B, h, T, d_k): the explicit ``attention``, or PyTorch's
+        fused kernel where it is the faster (``fast.fused_attention``)."""
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)
         if not self.record_weights and fast.fused_attention(q, self.explicit):
@@ -144,9 +134,8 @@ def write_cache(
     cache: Tensor, slots: Tensor | None, kv: Tensor, span: int | None
 ) -> tuple[Tensor, Tensor]:
     """K_{1..t} = [K_{1..t-1}; K_t]: the new keys and values ``kv`` (2, B, h, T, d_k) written in
-    place at ``slots`` (T,) of the buffer ``cache`` (2, B, h, T_max, d_k); returns the K and V
-    of its first ``span`` slots. Written into the whole buffer, not into a view of it: the
-    compiled step then writes in place rather than copying the buffer each step."""
+    place at ``slots`` (T,) of the buffer ``cache`` (2, B, h, T_max, d_k) (the whole buffer, so
+    that a compiled step writes in place); returns the K and V of its first ``span`` slots."""
     assert slots is not None and span is not None, "a cache write needs its slots and span"
     cache[:, :, :, slots] = kv  # (2, B, h, T, d_k) at slots
 

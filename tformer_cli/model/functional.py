@@ -1,12 +1,7 @@
 """The paper's equations as functions of tensors: multi-head attention, LayerNorm, the residual
-sublayer, the position-wise FFN, the scaled embeddings and the tied output layer.
-
-Each takes its weights as tensors in the layout of the module that computes it in the model
-(``nn.Linear``'s (out, in): y = x W^T + b), and the tests hold each equal to its module with the
-module's own weights. The modules compute the same faster (fused projections, the fused attention
-kernel, a KV cache); these read like the equations, and ``tformer learn`` checks a learner's
-functions against them.
-"""
+sublayer, the position-wise FFN, the scaled embeddings and the tied output layer. Each takes its
+weights as its module holds them (``nn.Linear``'s (out, in): y = x W^T + b), and the tests hold
+each equal to its module; ``tformer learn`` checks a learner's functions against them."""
 
 from __future__ import annotations
 

@@ -15,10 +15,8 @@ from tformer_cli.model.attention import MultiHeadAttention
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (section 3.5).
-
-    Shape: (max_len, d_model).
-    """
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (section 3.5):
+    (max_len, d_model)."""
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (d_model/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, d_model/2)
@@ -29,9 +27,8 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Dropout (section 5.4): zero each element with probability p, scale the rest by 1/(1-p):
-    ``F.dropout``, or on an eager CPU the same distribution from a cheaper random draw
-    (``fast.draws_16bit_masks``)."""
+    """Dropout (section 5.4): zero each element with probability p, scale the rest by 1/(1-p)
+    (on an eager CPU from a cheaper random draw: ``fast.draws_16bit_masks``)."""
     if not training or p == 0.0:
         return x
     if fast.draws_16bit_masks(x):
@@ -62,8 +59,7 @@ class Embeddings(nn.Module):
         return self.learned if self.is_learned else self.sinusoid
 
     def forward(self, tokens: Tensor, slots: Tensor | None = None) -> Tensor:
-        """tokens (B, T) at positions 0 .. T-1, or at ``slots`` (T,) -> (B, T, d_model); under
-        autocast on the CPU in the autocast dtype (``fast.autocast_stream``)."""
+        """tokens (B, T) at positions 0 .. T-1, or at ``slots`` (T,) -> (B, T, d_model)."""
         T = tokens.size(1)
         pe = (
             self.positions[:T] if slots is None else self.positions.index_select(0, slots)
@@ -72,30 +68,22 @@ class Embeddings(nn.Module):
         return dropout(fast.autocast_stream(x), self.p, self.training)
 
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "silu": F.silu}
-
-
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (section 3.3); with ``activation`` silu,
-    SiLU(z) = z * sigmoid(z) in place of max(0, z), as Marian's models use. Dropout is applied to
-    its output by ``Residual``, as the paper does for every sublayer, not inside it."""
+    SiLU(z) = z * sigmoid(z) in place of max(0, z), as Marian's models use."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu") -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.act = ACTIVATIONS[activation]
+        self.act: Callable[[Tensor], Tensor] = {"relu": torch.relu, "silu": F.silu}[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(self.act(self.w_1(x)))  # (B, T, d) -> (B, T, d_ff) -> (B, T, d)
 
 
 class Residual(nn.Module):
-    """A sublayer with its residual connection and LayerNorm (sections 3.1 and 5.4, "Residual
-    Dropout").
-
-    post-LN (the paper's): LayerNorm(x + Dropout(Sublayer(x)));
-    pre-LN: x + Dropout(Sublayer(LayerNorm(x))), which trains without warm-up trouble.
-    """
+    """A sublayer with its residual connection and LayerNorm (sections 3.1 and 5.4): post-LN (the
+    paper's) LayerNorm(x + Dropout(Sublayer(x))), or pre-LN x + Dropout(Sublayer(LayerNorm(x)))."""
 
     def __init__(self, d_model: int, p: float, pre_norm: bool) -> None:
         super().__init__()
@@ -146,8 +134,7 @@ class DecoderLayer(nn.Module):
         slots: Tensor | None = None,
         causal: bool = False,
     ) -> Tensor:
-        """y (B, T, d) -> (B, T, d); ``cache``, ``slots``, ``causal`` as in
-        ``MultiHeadAttention.forward``."""
+        """y (B, T, d) -> (B, T, d); ``cache``, ``slots``, ``causal`` as ``MultiHeadAttention``."""
         y = self.res_self(
             y, lambda y: self.self_attn(y, tgt_mask, cache=cache, slots=slots, causal=causal)
         )

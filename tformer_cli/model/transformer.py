@@ -16,15 +16,10 @@ PAD_ID = 0
 
 @dataclass
 class DecoderCache:
-    """Decoder state for incremental decoding, static in shape from step to step.
-
-    Self-attention keys/values live in a preallocated buffer written in place at slot ``pos``,
-    a tensor on the model's device (not a Python int, so one compiled or captured step serves
-    every position); each step's queries attend to the first ``span`` slots of the buffer, with
-    an additive mask hiding the slots not yet filled. ``span`` is the only host-side length: the
-    search sets it from a few buckets (the whole buffer by default). Cross-attention
-    keys/values are projected from the memory once, per sentence: during beam search a
-    sentence's n beams share them.
+    """Decoder state for incremental decoding, static in shape from step to step: self-attention
+    keys/values in a buffer written in place at slot ``pos`` (a tensor, so that one compiled
+    step serves every position), each step attending to its first ``span`` slots; the memory's
+    cross-attention keys/values once per sentence, shared by its beams.
     """
 
     self_kv: Tensor  # (L, 2, B, h, T_max, d_k): K and V of each decoder layer
@@ -35,9 +30,8 @@ class DecoderCache:
     spare: Tensor | None = None  # a second buffer like self_kv, for eager beam search
 
     def reorder(self, rows: Tensor) -> None:
-        """Row i of the buffer becomes row ``rows[i]`` (beam search). In place, so that the
-        buffer keeps its address for a captured or compiled step; with a ``spare`` buffer
-        (eager), gathered into it and the two swap places: half the memory traffic."""
+        """Row i of the buffer becomes row ``rows[i]`` (beam search), in place; with a ``spare``
+        buffer, gathered into it and the two swap places."""
         filled = self.self_kv.narrow(4, 0, self.span)  # (L, 2, B, h, span, d_k)
         if self.spare is None:
             filled.copy_(filled.index_select(2, rows))
@@ -48,10 +42,8 @@ class DecoderCache:
     def select(
         self, rows: Tensor, sentences: Tensor, into: DecoderCache | None = None
     ) -> DecoderCache:
-        """A cache of the decoder ``rows`` (index into B) and memory ``sentences`` (into B'):
-        fewer rows once some are finished. ``into``: buffers of the new shape to fill
-        (kept across batches by a captured step), else new ones (and a new ``spare`` if this
-        cache has one)."""
+        """A cache of the decoder ``rows`` (index into B) and memory ``sentences`` (into B'), in
+        the buffers ``into`` (kept by a captured step), else new ones."""
         if into is None:
             L, _, _, h, T_max, d_k = self.self_kv.shape
             self_kv = self.self_kv.new_zeros((L, 2, rows.numel(), h, T_max, d_k))  # finite
@@ -119,14 +111,12 @@ class Transformer(nn.Module):
         at: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits for each position of the decoder input y (B, T): (B, T, V), or
-        (N, V) at N positions only (training skips the padding): ``at`` is a (B, T) mask, or
-        (N,) indices into the flattened B*T positions (no device-to-host sync on a GPU).
+        (N, V) at the positions ``at`` picks (a (B, T) mask, or (N,) flat indices).
 
         Without a cache, y is the whole prefix ``<s> y_1 .. y_{T-1}`` and ``memory``/``src_mask``
-        come from ``encode``. With a cache, y holds the next tokens at positions
-        ``cache.pos ..`` and the memory's K, V come from the cache, which is advanced.
-        The causal mask is the only one the decoder's self-attention needs: padding sits at the
-        end of a target, so a real position never sees a padded one.
+        come from ``encode``. With a cache, y holds the next tokens at positions ``cache.pos ..``
+        and the memory's K, V come from the cache, which is advanced. Padding sits at the end of
+        a target, so the causal mask is the only one self-attention needs.
         """
         T = y.size(1)
         if cache is None:

@@ -94,7 +94,7 @@ def test_the_key_changes_with_the_weights_beams_and_threads(trained_model, tmp_p
     assert aot.artifact(trained_model, 1, many=True) != path  # the build for many rows
     torch.set_num_threads(2)  # Inductor's kernels fix their thread count
     assert aot.artifact(trained_model, 1) != path
-    assert aot.load(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
+    assert aot.load_step(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
 
 
 def test_auto_runs_eagerly_until_eager_decoding_took_a_builds_time(
@@ -141,7 +141,7 @@ def test_auto_waits_for_the_last_build_time_measured_here(trained_model, tmp_pat
     aot.record_build(retrained, 1, 5.0)
     asked = []  # build_missing of each load: whether auto builds now
     monkeypatch.setattr(
-        aot, "load", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
+        aot, "load_step", lambda path, m, e, b, build, many: asked.append(build) or (None, 0)
     )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     step = make_step(trained_model, "auto")
@@ -157,7 +157,9 @@ def test_auto_loads_a_kept_step_at_once_for_a_big_batch_and_builds_none(trained_
     """A batch of ``LOAD_WORK`` row-steps or more loads a kept step at its start, before any
     eager time; a smaller one waits for ``LOAD_AFTER``; neither builds one."""
     asked = []  # build_missing of each load
-    monkeypatch.setattr(aot, "load", lambda path, m, e, b, build, many: (asked.append(build), 0))
+    monkeypatch.setattr(
+        aot, "load_step", lambda path, m, e, b, build, many: (asked.append(build), 0)
+    )
     monkeypatch.setattr(aot, "cxx_compiler", lambda: "g++")
     src = sources(2, trained_model.cfg.vocab_size, seed=30)
     with torch.inference_mode():
@@ -218,7 +220,7 @@ def test_a_step_that_fails_to_build_runs_eagerly_with_a_notice(
 
 
 def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkeypatch):
-    from tformer_cli.model.quantize import quantize_int8
+    from tformer_cli.model.fast import quantize_int8
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     int8 = quantize_int8(copy.deepcopy(trained_model))
@@ -259,8 +261,8 @@ def test_a_search_of_one_row_runs_on_one_thread_and_gives_the_threads_back(
     """Greedy at batch 1 or 2 (and one sample) on one thread, beam 5 or three sentences on
     all; the count is restored after, and after an error."""
     seen = []
-    monkeypatch.setattr(search_module, "greedy_search", lambda *a: seen.append(threads()) or [])
-    monkeypatch.setattr(search_module, "beam_search", lambda *a: seen.append(threads()) or [])
+    monkeypatch.setattr(search_module, "batched_greedy", lambda *a: seen.append(threads()) or [])
+    monkeypatch.setattr(search_module, "batched_beam", lambda *a: seen.append(threads()) or [])
     torch.set_num_threads(2)
     vocab = trained_model.cfg.vocab_size
     one, two, three = (sources(n, vocab, 30 + n) for n in (1, 2, 3))
@@ -271,7 +273,7 @@ def test_a_search_of_one_row_runs_on_one_thread_and_gives_the_threads_back(
     search(trained_model, three, DecodeConfig())
     search(trained_model, two, DecodeConfig(sampling="sample", nbest=2))
     assert seen == [1, 1, 1, 2, 2, 2] and threads() == 2
-    monkeypatch.setattr(search_module, "greedy_search", lambda *a: 1 / 0)
+    monkeypatch.setattr(search_module, "batched_greedy", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         search(trained_model, one, DecodeConfig())
     assert threads() == 2
@@ -285,7 +287,7 @@ def test_a_compiled_step_is_kept_per_thread_count(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     loaded = []
     monkeypatch.setattr(
-        aot, "load", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
+        aot, "load_step", lambda path, m, e, b, build, many: loaded.append(path) or (object(), 0.0)
     )
     step = make_step(trained_model, "on")
     torch.set_num_threads(1)

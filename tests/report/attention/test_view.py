@@ -127,11 +127,11 @@ def test_weights_equal_softmax_of_q_k_recomputed_by_hand():
 
 def test_teacher_forced_weights_equal_those_of_cached_greedy_decoding():
     """The one pass over the chosen hypothesis sees what each cached decoding step saw."""
-    from tformer_cli.decode.search import greedy_search
+    from tformer_cli.decode.search import batched_greedy
 
     model = tiny()
     src = torch.tensor([[*SRC, EOS_ID]])
-    hyp = greedy_search(model, src)[0][0]  # the one sentence's best
+    hyp = batched_greedy(model, src)[0][0]  # the one sentence's best
     tokens = hyp.tokens + [EOS_ID] * hyp.finished
     w = maps.collect(model, [SRC], [tokens])
     with torch.no_grad():

@@ -1,19 +1,12 @@
 """The decode step compiled ahead of time for the CPU (AOTInductor): ``torch.export`` of the eager
 step, then a shared library that runs it with no Python between its kernels.
 
-One artifact serves a model for a number of beams per sentence: rows, source length, buffer
-length and the attended ``span`` are dynamic dimensions of it, so nothing is rebuilt as a
-translation grows or as finished sentences leave the batch; for one beam it also makes greedy
-decoding's choice and bookkeeping (``greedy.advance``), so that a greedy step is one call. Each
-comes in two builds, by the rows it is for: few (Inductor's own C++ matrix kernels, tuned at a
-few rows: ``max_autotune``) or many (the MKL kernels the eager step calls, and attention as two
-matrix products and a softmax, ``many=True``).
-
-Artifacts are kept on disk in ``cache_root()/steps`` (``~/.cache/tformer/steps``; ``rm -rf
-~/.cache/tformer/steps`` removes them), named by a key of the weights' bytes, the build, the
-torch version, the CPU's flags and the thread count (Inductor's kernels fix their thread count):
-new weights (a changed ``model.pt``) make a new key, so a stale artifact is never loaded, and
-only the first run of a model pays to build.
+One artifact serves a model and a number of beams: rows, lengths and the attended ``span`` are
+dynamic dimensions; for one beam it also makes greedy's choice (``greedy.advance``). Each comes
+in two builds: for few rows (Inductor's own matrix kernels) or ``many`` (MKL's, explicit
+attention). Artifacts are kept in ``cache_root()/steps`` (``~/.cache/tformer/steps``), named by
+a key of the weights' bytes, the build, torch, the CPU's flags and the thread count, so that a
+stale one is never loaded.
 """
 
 from __future__ import annotations
@@ -42,11 +35,10 @@ from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.model import DecoderCache, Transformer
 
-FORMAT = 3  # bump when the exported step's inputs or outputs change
+STEP_FORMAT = 3  # bump when the exported step's inputs or outputs change
 BUILDS = "builds.json"  # the last build's seconds by step shape, for ``auto``
-# Inductor's options for the build: weights folded in as constants (freezing), and for a step of
-# few rows its own C++ matrix kernels where they beat the library's (max_autotune: tuned at the
-# export's few rows, they lose to MKL's at many)
+# Inductor's options by ``many``: weights folded in as constants; for few rows, its own tuned
+# matrix kernels (``max_autotune``), which lose to MKL's at many
 INDUCTOR = {False: {"freezing": True, "max_autotune": True}, True: {"freezing": True}}  # by many
 QUIET = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 
@@ -74,13 +66,11 @@ def supported(model: Transformer) -> bool:
 
 
 def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = False) -> str:
-    """What an artifact was built from: the weights (names, shapes, bytes), beams per sentence,
-    the build (few rows or ``many``), thread count, torch version and CPU flags.
-    ``weights=False``: all but the weights' bytes, what a build's time depends on
-    (``build_seconds``)."""
+    """What an artifact is built from: weights, beams, build, threads, torch and CPU flags;
+    ``weights=False``: all but the weights' bytes (``build_seconds``)."""
     h = hashlib.sha256()
     build = (INDUCTOR[many], many)
-    meta = (FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
+    meta = (STEP_FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
@@ -90,8 +80,7 @@ def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = 
 
 
 def build_times() -> dict:
-    """``steps/builds.json``: the seconds of the last build by ``step_key`` without the weights;
-    empty if missing or unreadable."""
+    """``steps/builds.json``: the last build's seconds by ``step_key`` without the weights."""
     try:
         times = json.loads((cache_root() / "steps" / BUILDS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -100,8 +89,7 @@ def build_times() -> dict:
 
 
 def build_seconds(model: Transformer, beams: int, many: bool = False) -> float | None:
-    """How long the last build of a step of this shape took here (same model dimensions, beams,
-    build, threads, torch and CPU); None if none was timed."""
+    """How long the last build of a step of this shape took here; None if none was timed."""
     try:
         return float(build_times()[step_key(model, beams, weights=False, many=many)])
     except (ValueError, KeyError, TypeError):
@@ -118,9 +106,8 @@ def record_build(model: Transformer, beams: int, seconds: float, many: bool = Fa
 
 
 class _Layers(tuple):
-    """The decoder layers' K, V buffers, each its own input of the exported step: a mutated
-    input must not be a view (export fixes the sizes of a mutated view), so the cache's
-    ``self_kv.unbind(0)`` gives them back as they are."""
+    """The decoder layers' K, V buffers, each its own input of the exported step (export fixes
+    the sizes of a mutated view): ``self_kv.unbind(0)`` gives them back as they are."""
 
     def unbind(self, dim: int) -> tuple[Tensor, ...]:
         assert dim == 0
@@ -128,13 +115,10 @@ class _Layers(tuple):
 
 
 class StepModule(nn.Module):
-    """The eager step ``eager`` of ``model`` as a module to export: tokens (R,) and the cache's
-    tensors -> log-probs (R, V); the K, V buffers and ``pos`` are written in place. ``span`` is
-    a tensor whose only use is its length, the slots attended to: a dynamic dimension.
-
-    ``greedy``: the state of greedy decoding's rows (alive, logprob, steps, limits: (R,) each)
-    and ``min_len`` (0-dim), or () for a step of several beams. Given, the step also returns
-    ``advance``'s token, logprob, steps and alive after the argmax of the log-probs."""
+    """The ``eager`` step as a module to export: tokens (R,) and the cache's tensors -> log-probs
+    (R, V), the buffers and ``pos`` written in place; ``span``'s length is the slots attended to.
+    ``greedy``: greedy's row state (alive, logprob, steps, limits (R,), min_len), or () for
+    several beams; given, ``advance``'s new state follows the log-probs."""
 
     def __init__(self, model: Transformer, eager: Eager) -> None:
         super().__init__()
@@ -160,8 +144,8 @@ class StepModule(nn.Module):
 
 
 def greedy_inputs(rows: int) -> tuple[Tensor, ...]:
-    """``StepModule``'s greedy state for ``rows`` rows, none alive: what a step of one beam is
-    given when its caller (sampling, an ensemble, the traced search) wants the log-probs only."""
+    """``StepModule``'s greedy state for ``rows`` rows, none alive: for callers of the log-probs
+    only."""
     alive = torch.zeros(rows, dtype=torch.bool)
     steps = torch.zeros(rows, dtype=torch.long)
     return alive, torch.zeros(rows), steps, steps, torch.zeros((), dtype=torch.long)
@@ -217,10 +201,8 @@ def export_step(
 
 
 def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool = False) -> None:
-    """Export and compile the step of few rows or ``many`` into ``path`` (written whole or not at
-    all). Inductor compiles in a cache folder of the build's own, removed after: a build that
-    is interrupted, or runs beside another, leaves no half-written kernel in a shared cache for
-    the next one to load."""
+    """Export and compile the step into ``path``, whole or not at all, in an Inductor cache of
+    the build's own: an interrupted build leaves no half-written kernel for the next one."""
     program = export_step(model, eager, beams, many)
     path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -238,9 +220,8 @@ def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool =
 
 
 class AotStep:
-    """The compiled step of one model and number of beams: ``step(tokens, cache)`` -> log-probs
-    (R, V), the cache's buffers and ``pos`` advanced in place, as the eager step does; for one
-    beam, ``step.greedy(tokens, cache, state)`` -> log-probs and ``advance``'s new state."""
+    """The compiled step: ``step(tokens, cache)`` -> log-probs (R, V) as the eager step; for one
+    beam, ``step.greedy(tokens, cache, state)`` also returns ``advance``'s new state."""
 
     def __init__(self, path: Path, beams: int) -> None:
         self.loader = torch._inductor.aoti_load_package(str(path)).loader
@@ -256,8 +237,7 @@ class AotStep:
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
     ) -> list[Tensor]:
-        """log-probs (R, V), then (one beam) the token, logprob, steps and alive (R,) of
-        ``advance``, from ``state``: alive, logprob, steps, limits (R,) and min_len (0-dim)."""
+        """log-probs (R, V), then (one beam) ``advance``'s token, logprob, steps and alive."""
         if self.slots.numel() < cache.span:
             self.slots = torch.empty(cache.self_kv.size(4))
         span = self.slots[: cache.span]
@@ -273,13 +253,12 @@ def artifact(model: Transformer, beams: int, many: bool = False) -> Path:
     return cache_root() / "steps" / name
 
 
-def load(
+def load_step(
     path: Path, model: Transformer, eager: Eager, beams: int, build_missing: bool,
     many: bool = False,
 ) -> tuple[AotStep | None, float]:  # fmt: skip
-    """The step kept at ``path`` (``artifact``), built first from ``model``'s ``eager`` step for
-    ``beams`` (and few rows or ``many``) if missing and ``build_missing`` (else None); and the
-    seconds building took (0 if kept)."""
+    """The step kept at ``path``, built first if missing and ``build_missing`` (else None), and
+    the seconds building took (0 if kept)."""
     seconds = 0.0
     if not path.exists():
         if not build_missing:

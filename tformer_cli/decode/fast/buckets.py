@@ -1,6 +1,5 @@
-"""Static shapes for a step that runs as a graph: rows, source length and the attended span
-rounded up to a few buckets, so that each shape costs one graph (``Buckets``), and what every
-fast way of running the decode step shares (``FastStep``)."""
+"""Static shapes for a step that runs as a graph (``Buckets``), and what every fast way of running
+the decode step shares (``FastStep``)."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ def round_up(n: int, to: int) -> int:
 
 @dataclass(frozen=True)
 class Buckets:
-    """How the step's shape axes are rounded up. Exact sizes (1) where shapes cost nothing to
-    change (eager); powers of two for rows, multiples for lengths where each shape is a graph."""
+    """How the step's shape axes are rounded up: exact (eager), or powers of two for rows and
+    multiples for lengths where each shape is a graph."""
 
     rows: bool = False  # round rows (sentences) up to a power of two
     source: int = 1  # round the source length up to a multiple of this
@@ -47,8 +46,8 @@ GRAPHS = Buckets(rows=True, source=16, span=32)
 
 
 class FastStep(ABC):
-    """A faster way to run the ``eager`` step, with its methods and results: ``step(tokens, cache,
-    rows)`` -> log-probs (R, V), over caches whose shapes are rounded up to ``buckets``."""
+    """A faster way to run the ``eager`` step, with its methods and results, over caches whose
+    shapes are rounded up to ``buckets``."""
 
     buckets = EAGER
 
@@ -65,9 +64,8 @@ class FastStep(ABC):
     ) -> Tensor: ...
 
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        """``DecodeStep.start`` with its sentences, source length and slots rounded up to the
-        buckets (padding rows repeat the last sentence, so every row attends to something
-        real)."""
+        """``DecodeStep.start`` with its shapes rounded up to the buckets (padding rows repeat
+        the last sentence, so every row attends to something real)."""
         model, (B, S) = self.model, src.shape
         S_bucket = max(S, min(round_up(S, self.buckets.source), model.cfg.max_positions))
         padded = src.new_full((self.buckets.sentences(B), S_bucket), PAD_ID)

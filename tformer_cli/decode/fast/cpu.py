@@ -1,12 +1,10 @@
 """The decode step on the CPU with ``--compile auto`` or ``on``: when to run it compiled ahead of
-time (``aot``: a shared library per model, beams, threads and build, every length a dynamic
-dimension, kept on disk), and which build: the one for few rows up to ``FEW_ROWS`` rows a
-batch, the one for many above.
+time (``aot``), and which build (for few rows up to ``FEW_ROWS``, for many above).
 
 ``on`` builds it at once; ``auto`` runs eagerly, loads a kept one after ``LOAD_AFTER`` seconds of
-eager decoding or for a batch of at least ``LOAD_WORK`` row-steps, or builds it once eager
-decoding has taken as long as a build (so a short job never pays more than twice its eager
-time, a long one gains). With no C++ compiler, or int8 or bf16 weights, the step stays eager.
+eager decoding or for a batch of ``LOAD_WORK`` row-steps, and builds it once eager decoding has
+taken as long as a build (a short job never pays more than twice its eager time). With no C++
+compiler, or int8 or bf16 weights, the step stays eager.
 """
 
 from __future__ import annotations
@@ -22,26 +20,21 @@ from tformer_cli.decode.fast import aot
 from tformer_cli.decode.fast.buckets import Eager, FastStep
 from tformer_cli.model import DecoderCache
 
-# Seconds of eager decoding after which ``auto`` builds the compiled CPU step: the time the last
-# build of a step of this shape took here (``aot.build_seconds``), else this guess of a build's
-# time; so that a job pays at most about twice what the better choice would have cost.
+# Seconds of eager decoding after which ``auto`` builds the step, unless the last build of this
+# shape took another time here (``aot.build_seconds``)
 BUILD_AFTER = 60.0
-# Seconds of eager decoding after which ``auto`` looks for a kept compiled step: loading one
-# imports Inductor first, seconds that a short job would not win back.
+# Seconds of eager decoding after which ``auto`` loads a kept step (loading imports Inductor)
 LOAD_AFTER = 3.0
-# Row-steps (rows x the most tokens each may output) of one batch from which ``auto`` loads a
-# kept compiled step at once: a batch that large takes eager decoding longer than the import.
+# Row-steps (rows x the most tokens each may output) of a batch that load a kept step at once
 LOAD_WORK = 20_000
-# Rows (sentences x beams) of a batch up to which the compiled CPU step is the build for few rows
-# (Inductor's own matrix kernels), above which the build for many (MKL's, explicit attention):
-# where one beat the other (benchmarks/bench_step_builds.py, docs/speed.md).
+# Rows of a batch up to which the build for few rows runs, above which the one for many
+# (benchmarks/bench_step_builds.py, docs/speed.md)
 FEW_ROWS = 8
 
 
 class CpuStep(FastStep):
     """The eager step, or for each batch the compiled step of its beams and build once one is
-    kept or worth building (``cpu_step``). ``mode``: ``auto`` or ``on``; ``on_notice`` hears
-    the one-line notices (compile time, a fallback to eager)."""
+    kept or worth building (``cpu_step``); ``mode``: ``auto`` or ``on``."""
 
     def __init__(self, eager: Eager, mode: str, on_notice: Callable[[str], None]) -> None:
         super().__init__(eager)
@@ -66,8 +59,7 @@ class CpuStep(FastStep):
         return out
 
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        """The eager step's cache, and the compiled step this batch runs on, if any: the build
-        for few rows or for many, by the batch's rows."""
+        """The eager step's cache, and the compiled step this batch runs on, if any."""
         cache = super().start(src, beams, max_len)
         rows = cache.self_kv.size(2)  # sentences x beams
         big = rows * max_len >= LOAD_WORK  # worth loading a kept step now
@@ -80,18 +72,15 @@ class CpuStep(FastStep):
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]
     ) -> list[Tensor] | None:
-        """The compiled step with greedy decoding's choice made inside it (``aot.AotStep``):
-        log-probs, then ``greedy.advance``'s token, logprob, steps and alive; None where the
-        step is not compiled for one beam, and the search makes the choice."""
+        """``AotStep.greedy`` where the step is compiled for one beam; else None."""
         if self.compiled_now is None or not self.compiled_now.fuses_greedy:
             return None
         return self.compiled_now.greedy(tokens, cache, state)
 
     def cpu_step(self, beams: int, many: bool = False, big: bool = False) -> aot.AotStep | None:
-        """The compiled CPU step for ``beams`` rows per sentence, the build for few rows or
-        ``many``: kept in memory or on disk (``auto``: for a ``big`` batch, or once eager
-        decoding took ``LOAD_AFTER``), or built now (``on``, or ``auto`` once eager decoding
-        took a build's time); None to run eagerly."""
+        """The compiled step for ``beams`` and build: kept (``auto``: for a ``big`` batch, or
+        after ``LOAD_AFTER``), or built now (``on``, or ``auto`` after a build's time); None:
+        eagerly."""
         key = (beams, torch.get_num_threads(), many)
         if key in self.aot:
             return self.aot[key]
@@ -110,7 +99,7 @@ class CpuStep(FastStep):
             return None
         try:
             path = self.artifacts.setdefault(key, aot.artifact(self.model, beams, many))
-            step, seconds = aot.load(path, self.model, self.eager, beams, build, many)
+            step, seconds = aot.load_step(path, self.model, self.eager, beams, build, many)
         except Exception as e:  # export or Inductor errors: the eager step still works
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.on_notice(f"compiling the decode step failed ({reason[:160]}); running it eagerly")

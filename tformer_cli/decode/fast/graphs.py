@@ -1,7 +1,6 @@
 """The decode step as a graph: a CUDA graph per bucket (CUDA, ``auto`` and ``on``), the step's
-~100 kernel launches replayed as one, which is what bounds a small model on a GPU (capturing
-takes milliseconds, not Inductor's tens of seconds, so even one sentence pays for it); on other
-devices ``torch.compile`` if ``on``. Both run the eager step over bucketed shapes (``GRAPHS``)."""
+kernel launches replayed as one; on other devices ``torch.compile`` if ``on``. Both run the
+eager step over bucketed shapes (``GRAPHS``)."""
 
 from __future__ import annotations
 
@@ -16,15 +15,13 @@ from tformer_cli.model import DecoderCache
 
 
 def uses_cuda_graphs(device: torch.device, compile: str) -> bool:
-    """CUDA graphs on CUDA unless ``--compile off``; on other devices ``torch.compile`` decides
-    (``on``), or nothing (``auto``, ``off``)."""
+    """CUDA graphs on CUDA unless ``--compile off``."""
     return device.type == "cuda" and wanted(compile, auto=True)
 
 
 class CudaGraphs(FastStep):
-    """The eager step captured once per bucket and cache, then replayed: the buffers of each
-    shape are kept across batches (``pool``), so a graph captured in one batch replays in
-    the next."""
+    """The eager step captured once per bucket and cache, then replayed; each shape's buffers
+    are kept across batches (``pool``), so a graph captured in one batch replays in the next."""
 
     buckets = GRAPHS
 
@@ -42,8 +39,7 @@ class CudaGraphs(FastStep):
         return graph(tokens, rows)
 
     def start(self, src: Tensor, beams: int, max_len: int) -> DecoderCache:
-        """The bucketed cache copied into the buffers kept for its shape (so graphs captured on
-        them in an earlier batch replay as they are), or kept as those buffers if none are yet."""
+        """The bucketed cache copied into the buffers kept for its shape, or kept as those."""
         cache = super().start(src, beams, max_len)
         kept = self.pool.setdefault(
             self.key(cache, cache.self_kv.size(2), cache.src_mask.size(0)), cache
@@ -66,9 +62,8 @@ class CudaGraphs(FastStep):
 
 
 class _Graph:
-    """The eager step captured in a CUDA graph for one cache's buffers and span: ``tokens`` and
-    ``rows`` are copied into static inputs, the graph replays, and its static output (R, V)
-    is returned (valid until the next replay)."""
+    """The eager step captured in a CUDA graph for one cache's buffers and span; its output
+    (R, V) is valid until the next replay."""
 
     def __init__(
         self,
@@ -106,8 +101,7 @@ class _Graph:
 
 
 class TorchCompiled(FastStep):
-    """The eager step under ``torch.compile`` (devices other than the CPU and CUDA, ``on``),
-    over bucketed shapes, so that few shapes are compiled."""
+    """The eager step under ``torch.compile`` over bucketed shapes (other devices, ``on``)."""
 
     buckets = GRAPHS
 
