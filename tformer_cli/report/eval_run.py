@@ -27,12 +27,13 @@ from tformer_cli.device import free_cores, inference, precision_name, setup_thre
 from tformer_cli.errors import TformerError
 from tformer_cli.files import atomic_write_text
 from tformer_cli.report.evaluation import (
+    Ensemble,
     EvalReport,
     EvalSource,
     Outputs,
-    ensemble_scores,
     evaluate_split,
     report_json,
+    run_searches,
 )
 from tformer_cli.report.pick import choose_run
 from tformer_cli.report.request import DataChoice, EvalRequest, StoredEval, keep_eval
@@ -210,6 +211,8 @@ def with_ensemble(
     shared_tokenizer([run, *loaded])
     models = [run.model, *(o.model for o in loaded)]
     with inference(run.device, run.dtype):
-        scores = ensemble_scores(models, run.tgt_tokenizer, split, request.config, run.compile)
+        searches = run_searches(models, run.tgt_tokenizer, split, request.config, run.compile)
+    (greedy, _), second = searches
     names = [str(r.run_dir) for r in (run, *loaded)]
-    return dataclasses.replace(report, ensemble=dataclasses.replace(scores, runs=names))
+    ensemble = Ensemble(names, greedy, None if second is None else second[0])
+    return dataclasses.replace(report, ensemble=ensemble)

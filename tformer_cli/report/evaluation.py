@@ -269,14 +269,6 @@ def run_searches(
     return first, search_pass(models, tokenizer, data, cfg.search, cfg, compile, on_batch, engine)
 
 
-def ensemble_scores(
-    models: list[nn.Module], tokenizer: Tokenizer, data: Split, cfg: EvalConfig, compile: str
-) -> Ensemble:
-    """The searches of an ensemble of ``models``."""
-    (greedy, _), second = run_searches(models, tokenizer, data, cfg, compile)
-    return Ensemble([], greedy, None if second is None else second[0])
-
-
 @dataclass(frozen=True)
 class Outputs:
     """Each search's detokenized outputs, one per evaluated pair, in order."""
