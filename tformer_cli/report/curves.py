@@ -334,10 +334,8 @@ def render_panel(panel: Panel, x_label: str, width: int = 80, height: int = 4) -
                 text.append(chr(0x2800 + bits), style=STYLES[k % len(STYLES)])
             else:
                 text.append(" ")
-    if unit == "updates":
-        left, right = f"{x0:,.0f}", f"{x1:,.0f}"
-    else:
-        left, right = f"{x0:.1f}", f"{x1:.1f}"
+    spec = ",.0f" if unit == "updates" else ".1f"
+    left, right = f"{x0:{spec}}", f"{x1:{spec}}"
     middle = max(len(unit) + 2, cols - len(left) - len(right))
     axis = f"{left}{unit.center(middle)}{right}"
     text.append(f"\n{' ' * label_w} └{'─' * cols}\n{' ' * (label_w + 2)}{axis}", style="dim")

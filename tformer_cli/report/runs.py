@@ -380,10 +380,10 @@ def stopped_state(
     if finished:
         return dict(state="broken", detail="finished, but model.pt is missing")
     how = "Ctrl-C" if str(end.get("stopped_by", "")).startswith("interrupted") else "killed"
-    if not (run_dir / "last.pt").is_file() and has_model:  # --resume would refuse: no progress
-        how += f", last.pt gone (train on: tformer train --init-from {run_dir})"
-        return dict(state="interrupted", detail=how)
     if not (run_dir / "last.pt").is_file():
+        if has_model:  # --resume would refuse: no progress
+            how += f", last.pt gone (train on: tformer train --init-from {run_dir})"
+            return dict(state="interrupted", detail=how)
         how += " before its first save (resumes from step 0)"
     return dict(state="interrupted", detail=how, resume=f"tformer train --resume {run_dir}")
 
