@@ -49,19 +49,6 @@ class Scored:
     kept: bool = False  # evaluated now, and the result kept in the run folder
 
 
-def score_run(
-    run_dir: Path, request: EvalRequest, *, keep: bool, err: Console, quiet: bool
-) -> tuple[bool, StoredEval]:
-    """The run's current stored result for ``request``, else a new evaluation."""
-    config = RunConfig.load(run_dir)
-    stored = load_stored_eval(run_dir, request.key(run_dir, config, *request.placement(config)))
-    if stored is not None:
-        return True, stored
-    if not quiet:
-        err.print(f"evaluating {run_dir} (no current stored result)", markup=False)
-    return False, evaluate_run(run_dir, request, keep=keep, console=err, quiet=quiet).stored
-
-
 def score_runs(
     runs: Sequence[Path],
     request: EvalRequest,
@@ -70,7 +57,8 @@ def score_runs(
     quiet: bool,
     runs_dir: Path = RUNS_DIR,
 ) -> list[Scored]:
-    """Every run scored on ``request``, each checked readable before any is evaluated."""
+    """Every run scored on ``request``: its current stored result, else a new evaluation; each
+    checked readable before any is evaluated."""
     paths = [resolve_run(r, runs_dir) for r in runs]
     if len({p.resolve() for p in paths}) < len(paths):
         raise TformerError("a run is named twice: compare different runs")
@@ -79,7 +67,13 @@ def score_runs(
         check_checkpoint(path / "model.pt")
     scored = []
     for name, path in zip(run_names(paths), paths, strict=True):
-        reused, stored = score_run(path, request, keep=keep, err=log, quiet=quiet)
+        config = RunConfig.load(path)
+        stored = load_stored_eval(path, request.key(path, config, *request.placement(config)))
+        reused = stored is not None
+        if stored is None:  # no current stored result: evaluate now
+            if not quiet:
+                log.print(f"evaluating {path} (no current stored result)", markup=False)
+            stored = evaluate_run(path, request, keep=keep, console=log, quiet=quiet).stored
         scored.append(Scored(name, str(path), reused, stored, kept=keep and not reused))
     return scored
 

@@ -246,11 +246,6 @@ def search_pass(
     return search, texts
 
 
-def greedy_of(cfg: EvalConfig) -> DecodeConfig:
-    """The greedy search that shares ``cfg.search``'s length limits."""
-    return dataclasses.replace(cfg.search, beam=1, sampling=None, mbr=0)
-
-
 def run_searches(
     models: Models,
     tokenizer: Tokenizer,
@@ -261,7 +256,7 @@ def run_searches(
     engine: SourcesEngine | None = None,
 ) -> tuple[SearchTexts, SearchTexts | None]:
     """Greedy, then ``cfg.search`` if it is another; ``stage`` names each and gives its callback."""
-    greedy = greedy_of(cfg)
+    greedy = dataclasses.replace(cfg.search, beam=1, sampling=None, mbr=0)  # same length limits
     first = search_pass(models, tokenizer, data, greedy, cfg, compile, stage("greedy"), engine)
     if cfg.search == greedy:
         return first, None
