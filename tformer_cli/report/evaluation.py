@@ -305,7 +305,7 @@ def evaluate_split(
     on_progress: Progress | None = None,
     compile: str = "auto",
     engine: SourcesEngine | None = None,
-) -> tuple[EvalReport, list[str]]:
+) -> tuple[EvalReport, Outputs]:
     """Every metric of the report, and both searches' outputs. ``tokenizer``: the target
     side's; ``engine``: what runs the searches (default: ``model``); the teacher-forced passes
     always run ``model``. The caller sets the device, the precision and inference mode."""
