@@ -345,7 +345,8 @@ def marian_run(source: str, where: str, config: Any) -> Made:
         state["generator.bias"][BOS_ID] = BANNED
     state["generator.bias"][PAD_ID] = BANNED
     net.load_state_dict(state)
-    pieces = marian_pieces(tokenizer, order)
+    by_id = {i: piece for piece, i in tokenizer.encoder.items()}  # our ids' pieces: ours first
+    pieces = list(SPECIAL_TOKENS) + [by_id[int(i)] for i in order[len(SPECIAL_TOKENS) :]]
     src_tok, tgt_tok = (side_tokenizer(Path(f), pieces) for f in tokenizer.spm_files)
     train = TrainConfig(
         data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
@@ -424,12 +425,6 @@ def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
         activation=MARIAN_ACTIVATIONS[config.activation_function], output_bias=True,
     )  # fmt: skip
     return cfg, order
-
-
-def marian_pieces(tokenizer: Any, order: torch.Tensor) -> list[str]:
-    """The piece of each of our ids: tformer's special tokens, then Marian's pieces."""
-    by_id = {i: piece for piece, i in tokenizer.encoder.items()}
-    return list(SPECIAL_TOKENS) + [by_id[int(i)] for i in order[len(SPECIAL_TOKENS) :]]
 
 
 def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:
