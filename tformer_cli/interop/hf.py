@@ -141,10 +141,8 @@ def to_marian(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
         out[p.marian] = x if p.axis is None else x.index_select(p.axis, perm)
     for key in VOCAB_KEYS if cfg.tie_embeddings else VOCAB_KEYS[1:]:  # untied: no shared table
         out[key] = ours[OURS_OF_VOCAB_KEY[key]].index_select(1, perm)
-    bias = ours.get("generator.bias")
-    out["final_logits_bias"] = (bias if bias is not None else torch.zeros(cfg.vocab_size))[
-        None
-    ]  # (1, V)
+    bias = ours.get("generator.bias", torch.zeros(cfg.vocab_size))  # (V,): none without one
+    out["final_logits_bias"] = bias[None]  # (1, V)
     return {k: v.contiguous() for k, v in out.items()}
 
 
