@@ -102,13 +102,9 @@ class Trace:
 def statuses(beam: Tensor, token: Tensor, ends: Tensor, pos: Tensor) -> dict:
     """(beam, token) -> status for the 2k candidates of a step: ``ends`` finished, ``pos``
     kept (the others were pruned)."""
-    out = {}
-    for j, (b, t) in enumerate(zip(beam.tolist(), token.tolist(), strict=True)):
-        if ends[j]:
-            out[(b, t)] = FINISHED
-    for j in pos.tolist():
-        out[(int(beam[j]), int(token[j]))] = KEPT
-    return out
+    pairs = list(zip(beam.tolist(), token.tolist(), strict=True))
+    out = {pair: FINISHED for pair, end in zip(pairs, ends.tolist(), strict=True) if end}
+    return out | {pairs[j]: KEPT for j in pos.tolist()}
 
 
 def record(lives: list[Live], logp: Tensor, base: Tensor, top: int, status: dict) -> None:

@@ -19,7 +19,6 @@ from tformer_cli.data.tokenizer import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from tformer_cli.errors import TformerError
 from tformer_cli.files import file_sha256
 from tformer_cli.interop.folder import write_folder
-from tformer_cli.model import Transformer
 from tformer_cli.model.attention import MultiHeadAttention
 
 ACTIVATION = {"relu": common_spec.Activation.RELU, "silu": common_spec.Activation.SWISH}
@@ -49,53 +48,51 @@ def ctranslate2_cache(run_dir: Path, quantization: str = "float32") -> Path:
     return run_dir / CACHE / f"{file_sha256(run_dir / 'model.pt')[:16]}-{quantization}"
 
 
-class RunConverter(Converter):
-    """A loaded tformer run as a CTranslate2 ``TransformerSpec``."""
-
-    def __init__(self, run: LoadedRun) -> None:
-        self.run = run
-
-    def _load(self) -> transformer_spec.TransformerSpec:
-        return transformer_as_spec(self.run.model, vocabulary(self.run.tokenizer))
-
-
 def vocabulary(tok: Tokenizer) -> list[str]:
     """The token strings by id (tformer's tokenizers have no gaps)."""
     return [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
 
 
-def transformer_as_spec(net: Transformer, tokens: list[str]) -> transformer_spec.TransformerSpec:
-    """The ``TransformerSpec`` of ``net`` (pre- or post-LN, tied or not) over ``tokens``."""
-    cfg = net.cfg
-    spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.n_encoder_layers, cfg.n_decoder_layers),
-        cfg.h,
-        pre_norm=cfg.norm == "pre",
-        activation=ACTIVATION[cfg.activation],
-    )
-    encoder, decoder = spec.encoder, spec.decoder
-    set_embeddings(encoder, encoder.embeddings[0], net.src_embed)
-    set_embeddings(decoder, decoder.embeddings, net.tgt_embed)
-    for layer_spec, layer in zip(encoder.layer, net.encoder, strict=True):
-        set_attention(layer_spec.self_attention, layer.self_attn, layer.res_attn.norm)
-        set_ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
-    for layer_spec, layer in zip(decoder.layer, net.decoder, strict=True):
-        set_attention(layer_spec.self_attention, layer.self_attn, layer.res_self.norm)
-        set_attention(layer_spec.attention, layer.cross_attn, layer.res_cross.norm)
-        set_ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
-    if cfg.norm == "pre":  # each stack's final LayerNorm
-        set_norm(encoder.layer_norm, net.encoder_norm)
-        set_norm(decoder.layer_norm, net.decoder_norm)
-    set_linear(decoder.projection, net.generator)
-    spec.register_source_vocabulary(tokens)
-    spec.register_target_vocabulary(tokens)
-    config = spec.config
-    config.unk_token = SPECIAL_TOKENS[UNK_ID]
-    config.bos_token = config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]  # the decoder's first
-    config.eos_token = SPECIAL_TOKENS[EOS_ID]
-    config.add_source_eos = True  # a source ends with </s>, as the model was trained
-    config.add_attribute("layer_norm_epsilon", LAYER_NORM_EPS)
-    return spec
+class RunConverter(Converter):
+    """A loaded tformer run as a CTranslate2 ``TransformerSpec`` (pre- or post-LN, tied or
+    not) over its tokenizer's vocabulary."""
+
+    def __init__(self, run: LoadedRun) -> None:
+        self.run = run
+
+    def _load(self) -> transformer_spec.TransformerSpec:
+        net, tokens = self.run.model, vocabulary(self.run.tokenizer)
+        cfg = net.cfg
+        spec = transformer_spec.TransformerSpec.from_config(
+            (cfg.n_encoder_layers, cfg.n_decoder_layers),
+            cfg.h,
+            pre_norm=cfg.norm == "pre",
+            activation=ACTIVATION[cfg.activation],
+        )
+        encoder, decoder = spec.encoder, spec.decoder
+        set_embeddings(encoder, encoder.embeddings[0], net.src_embed)
+        set_embeddings(decoder, decoder.embeddings, net.tgt_embed)
+        for layer_spec, layer in zip(encoder.layer, net.encoder, strict=True):
+            set_attention(layer_spec.self_attention, layer.self_attn, layer.res_attn.norm)
+            set_ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+        for layer_spec, layer in zip(decoder.layer, net.decoder, strict=True):
+            set_attention(layer_spec.self_attention, layer.self_attn, layer.res_self.norm)
+            set_attention(layer_spec.attention, layer.cross_attn, layer.res_cross.norm)
+            set_ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+        if cfg.norm == "pre":  # each stack's final LayerNorm
+            set_norm(encoder.layer_norm, net.encoder_norm)
+            set_norm(decoder.layer_norm, net.decoder_norm)
+        set_linear(decoder.projection, net.generator)
+        spec.register_source_vocabulary(tokens)
+        spec.register_target_vocabulary(tokens)
+        config = spec.config
+        config.unk_token = SPECIAL_TOKENS[UNK_ID]
+        # the decoder's first token
+        config.bos_token = config.decoder_start_token = SPECIAL_TOKENS[BOS_ID]
+        config.eos_token = SPECIAL_TOKENS[EOS_ID]
+        config.add_source_eos = True  # a source ends with </s>, as the model was trained
+        config.add_attribute("layer_norm_epsilon", LAYER_NORM_EPS)
+        return spec
 
 
 def array(t: Tensor) -> np.ndarray:

@@ -141,10 +141,8 @@ def to_marian(ours: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
         out[p.marian] = x if p.axis is None else x.index_select(p.axis, perm)
     for key in VOCAB_KEYS if cfg.tie_embeddings else VOCAB_KEYS[1:]:  # untied: no shared table
         out[key] = ours[OURS_OF_VOCAB_KEY[key]].index_select(1, perm)
-    bias = ours.get("generator.bias")
-    out["final_logits_bias"] = (bias if bias is not None else torch.zeros(cfg.vocab_size))[
-        None
-    ]  # (1, V)
+    bias = ours.get("generator.bias", torch.zeros(cfg.vocab_size))  # (V,): none without one
+    out["final_logits_bias"] = bias[None]  # (1, V)
     return {k: v.contiguous() for k, v in out.items()}
 
 
@@ -345,7 +343,8 @@ def marian_run(source: str, where: str, config: Any) -> Made:
         state["generator.bias"][BOS_ID] = BANNED
     state["generator.bias"][PAD_ID] = BANNED
     net.load_state_dict(state)
-    pieces = marian_pieces(tokenizer, order)
+    by_id = {i: piece for piece, i in tokenizer.encoder.items()}  # our ids' pieces: ours first
+    pieces = list(SPECIAL_TOKENS) + [by_id[int(i)] for i in order[len(SPECIAL_TOKENS) :]]
     src_tok, tgt_tok = (side_tokenizer(Path(f), pieces) for f in tokenizer.spm_files)
     train = TrainConfig(
         data="none", src_lang=tokenizer.source_lang, tgt_lang=tokenizer.target_lang,
@@ -424,12 +423,6 @@ def run_config(config: Any, tokenizer: Any) -> tuple[ModelConfig, torch.Tensor]:
         activation=MARIAN_ACTIVATIONS[config.activation_function], output_bias=True,
     )  # fmt: skip
     return cfg, order
-
-
-def marian_pieces(tokenizer: Any, order: torch.Tensor) -> list[str]:
-    """The piece of each of our ids: tformer's special tokens, then Marian's pieces."""
-    by_id = {i: piece for piece, i in tokenizer.encoder.items()}
-    return list(SPECIAL_TOKENS) + [by_id[int(i)] for i in order[len(SPECIAL_TOKENS) :]]
 
 
 def side_tokenizer(spm_file: Path, pieces: list[str]) -> Tokenizer:

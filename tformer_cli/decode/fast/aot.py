@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -151,19 +150,6 @@ def greedy_inputs(rows: int) -> tuple[Tensor, ...]:
     return alive, torch.zeros(rows), steps, steps, torch.zeros((), dtype=torch.long)
 
 
-@contextlib.contextmanager
-def explicit_attention(model: Transformer, on: bool) -> Iterator[None]:
-    """Every attention sublayer of ``model`` attends through the explicit ops while ``on``."""
-    layers = [m for kind in model.attention_modules().values() for m in kind]
-    for m in layers:
-        m.explicit = on
-    try:
-        yield
-    finally:
-        for m in layers:
-            m.explicit = False
-
-
 def export_step(
     model: Transformer, eager: Eager, beams: int, many: bool = False
 ) -> torch.export.ExportedProgram:
@@ -196,8 +182,15 @@ def export_step(
         tuple({0: rows} for _ in greedy[:4]) + (None,) * len(greedy[4:]),  # min_len: 0-dim
         tuple({1: rows, 3: T} for _ in model.decoder),  # *self_kv, one input a layer
     )
-    with torch.no_grad(), explicit_attention(model, many):
-        return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
+    layers = [m for kind in model.attention_modules().values() for m in kind]
+    for m in layers:
+        m.explicit = many  # every attention sublayer through the explicit ops, while exported
+    try:
+        with torch.no_grad():
+            return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
+    finally:
+        for m in layers:
+            m.explicit = False
 
 
 def build(model: Transformer, eager: Eager, beams: int, path: Path, many: bool = False) -> None:

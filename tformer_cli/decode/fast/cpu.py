@@ -43,7 +43,6 @@ class CpuStep(FastStep):
         self.aot: dict[tuple[int, int, bool], aot.AotStep | None] = {}
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
-        self.timing = False  # whether the current batch's eager steps count for ``auto``
         self.artifacts: dict[tuple[int, int, bool], Path] = {}  # where each compiled step is kept
 
     def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
@@ -51,8 +50,6 @@ class CpuStep(FastStep):
             if rows is not None:
                 cache.reorder(rows)
             return self.compiled_now(tokens, cache)
-        if not self.timing:
-            return self.eager(tokens, cache, rows)
         start = time.perf_counter()
         out = self.eager(tokens, cache, rows)
         self.eager_seconds += time.perf_counter() - start
@@ -64,7 +61,6 @@ class CpuStep(FastStep):
         rows = cache.self_kv.size(2)  # sentences x beams
         big = rows * max_len >= LOAD_WORK  # worth loading a kept step now
         self.compiled_now = self.cpu_step(beams, rows > FEW_ROWS, big)
-        self.timing = self.mode == "auto"  # eager time that a build would save
         if beams > 1:  # eager or compiled, beam search reorders the rows by swapping buffers
             cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
         return cache
