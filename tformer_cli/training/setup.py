@@ -128,14 +128,6 @@ def resumed_configs(
     return saved.model, train_cfg
 
 
-def check_max_len(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
-    """A one-line error where --max-len is more than the model has positions for."""
-    if cfg.max_len > model_cfg.max_positions:
-        raise TformerError(
-            f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions} positions"
-        )
-
-
 def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
     """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
     if name is None:
