@@ -263,12 +263,10 @@ def stop_on_interrupt() -> Iterator[list[bool]]:
             raise KeyboardInterrupt
         flag[0] = True
 
-    stops = (signal.SIGINT, signal.SIGTERM)
     try:
-        previous = {s: signal.signal(s, handler) for s in stops}
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
-        yield flag
-        return
+        previous = {}
     try:
         yield flag
     finally:
