@@ -50,9 +50,7 @@ def new_configs(
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a new run: the ``options`` given (named as ``config.TRAIN_OPTIONS``),
     then the ``recipe``'s, then the defaults; local data paths absolute; ``fine_tuning``."""
-    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
-    for table in tables:
-        tables[table].update((recipe or {}).get(table, {}))
+    tables = {table: dict((recipe or {}).get(table, {})) for table in ("model", "train")}
     for option, value in options.items():
         declared = TRAIN_OPTIONS[option]
         for field in declared.fields:
