@@ -29,7 +29,7 @@ from tformer_cli.checkpoint import (
 )
 from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
-from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
+from tformer_cli.data.corpus import PARALLEL_FILES, fingerprinted_corpus, kept_data
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
 from tformer_cli.data.split import Split, fits_positions, lengths
 from tformer_cli.data.tokenizer import load_tokenizer
@@ -184,11 +184,8 @@ def prepare(
     same) and every split encoded (``kept_pairs``), through the cache beside the runs (the
     corpus is read on a miss alone). The run folder is made once the tokenizer is ready."""
     with text_folder(run_dir.parent / CACHE_DIR) as folder:
-        fingerprint, load = fingerprinted_corpus(
-            cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
-            tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
-            valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed, folder=folder,
-        )  # fmt: skip
+        options = {name: getattr(cfg, name) for name in ("src_lang", "tgt_lang", *PARALLEL_FILES)}
+        fingerprint, load = fingerprinted_corpus(cfg.data, seed=cfg.seed, folder=folder, **options)
 
         def read() -> DatasetDict:  # on a cache miss alone
             corpus = load()
