@@ -85,10 +85,8 @@ class RunConfig:
                     f"cannot be read by tformer {__version__} (format {RUN_FORMAT}); retrain it"
                 )
             try:
-                model, train = (
-                    from_dict(ModelConfig, raw["model"]),
-                    from_dict(TrainConfig, raw["train"]),
-                )
+                model = from_dict(ModelConfig, raw["model"])
+                train = from_dict(TrainConfig, raw["train"])
             except TformerError as e:  # a field of the wrong type or out of range
                 raise TformerError(f"{path} is corrupt ({e})") from None
             imported = raw.get("imported_from")

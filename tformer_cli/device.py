@@ -165,11 +165,8 @@ class MallInfo2(ctypes.Structure):
 def glibc() -> ctypes.CDLL | None:
     """The C library where it is glibc with ``malloc_trim`` and ``mallinfo2``, else None."""
     libc = c_library()
-    return (
-        libc
-        if libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2")
-        else None
-    )
+    usable = libc is not None and hasattr(libc, "malloc_trim") and hasattr(libc, "mallinfo2")
+    return libc if usable else None
 
 
 PROC_STATUS = "/proc/self/status"

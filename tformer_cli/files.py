@@ -4,6 +4,7 @@ whole new file or the old one; and a file's SHA-256."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -26,16 +27,12 @@ def sync_file(path: Path) -> None:
 
 def sync_dir(folder: Path) -> None:
     """``fsync`` a folder, so that a rename into it survives a power cut; best effort."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def umask() -> int:

@@ -142,8 +142,7 @@ def fingerprinted_corpus(
     fingerprinted by their bytes, the split each makes and the seed, unread where the cache
     holds their encoding; an ``hf:`` corpus is loaded and hashed."""
     load = functools.cache(lambda: load_corpus(data, seed=seed, folder=folder, **options))  # type: ignore[arg-type]
-    files = {k: options.get(k) for k in PARALLEL_FILES}
-    located = locate_files(data, options.get("src_lang"), options.get("tgt_lang"), **files)
+    located = locate_files(data, **options)  # its src_lang, tgt_lang and PARALLEL_FILES
     if "train" not in located:  # an hf: dataset
         return corpus_fingerprint(load()), load
     h = hashlib.sha256(f"files\x1d{seed}".encode())

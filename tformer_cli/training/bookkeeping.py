@@ -53,7 +53,6 @@ from tformer_cli.training.schedule import make_optimizer
 from tformer_cli.training.scheduled_sampling import sampled_inputs, teacher_forcing_prob
 from tformer_cli.training.setup import (
     RESUME_OVERRIDES,
-    check_max_len,
     load_data,
     placed,
     resumed_configs,
@@ -96,7 +95,11 @@ class TrainerBase:
         if resume:  # the run's own settings, the stopping rules, save interval and device of cfg
             overrides = {k: getattr(cfg, k) for k in RESUME_OVERRIDES}
             model_cfg, cfg = resumed_configs(run_dir, overrides)
-        check_max_len(model_cfg, cfg)
+        if cfg.max_len > model_cfg.max_positions:
+            raise TformerError(
+                f"--max-len {cfg.max_len} is more than the model's"
+                f" {model_cfg.max_positions} positions"
+            )
         self.cfg = cfg
         self.world, self.device = placed(cfg.device)
         self.console = console if self.world.main else Console(quiet=True)

@@ -29,7 +29,7 @@ from tformer_cli.checkpoint import (
 )
 from tformer_cli.config import TRAIN_OPTIONS, ModelConfig, TrainConfig, from_dict
 from tformer_cli.console import make_progress
-from tformer_cli.data.corpus import fingerprinted_corpus, kept_data
+from tformer_cli.data.corpus import PARALLEL_FILES, fingerprinted_corpus, kept_data
 from tformer_cli.data.data_cache import CACHE_DIR, DataCache
 from tformer_cli.data.split import Split, fits_positions, lengths
 from tformer_cli.data.tokenizer import load_tokenizer
@@ -50,9 +50,7 @@ def new_configs(
 ) -> tuple[ModelConfig, TrainConfig]:
     """The settings of a new run: the ``options`` given (named as ``config.TRAIN_OPTIONS``),
     then the ``recipe``'s, then the defaults; local data paths absolute; ``fine_tuning``."""
-    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
-    for table in tables:
-        tables[table].update((recipe or {}).get(table, {}))
+    tables = {table: dict((recipe or {}).get(table, {})) for table in ("model", "train")}
     for option, value in options.items():
         declared = TRAIN_OPTIONS[option]
         for field in declared.fields:
@@ -128,14 +126,6 @@ def resumed_configs(
     return saved.model, train_cfg
 
 
-def check_max_len(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
-    """A one-line error where --max-len is more than the model has positions for."""
-    if cfg.max_len > model_cfg.max_positions:
-        raise TformerError(
-            f"--max-len {cfg.max_len} is more than the model's {model_cfg.max_positions} positions"
-        )
-
-
 def new_run_dir(runs_dir: Path, name: str | None, data: str) -> Path:
     """``runs/<name>``, or ``runs/<data>-<timestamp>``; refuses to overwrite a trained run."""
     if name is None:
@@ -194,11 +184,8 @@ def prepare(
     same) and every split encoded (``kept_pairs``), through the cache beside the runs (the
     corpus is read on a miss alone). The run folder is made once the tokenizer is ready."""
     with text_folder(run_dir.parent / CACHE_DIR) as folder:
-        fingerprint, load = fingerprinted_corpus(
-            cfg.data, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, src_file=cfg.src_file,
-            tgt_file=cfg.tgt_file, valid_src_file=cfg.valid_src_file,
-            valid_tgt_file=cfg.valid_tgt_file, seed=cfg.seed, folder=folder,
-        )  # fmt: skip
+        options = {name: getattr(cfg, name) for name in ("src_lang", "tgt_lang", *PARALLEL_FILES)}
+        fingerprint, load = fingerprinted_corpus(cfg.data, seed=cfg.seed, folder=folder, **options)
 
         def read() -> DatasetDict:  # on a cache miss alone
             corpus = load()

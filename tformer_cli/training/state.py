@@ -64,16 +64,6 @@ class Budget:
     decay_from: int = 0  # the update where the latest estimate took over the decay (0: none)
     decay_progress: float = 0.0  # the decay's progress (0 to 1) at that update
 
-    def as_saved(self) -> dict[str, Any]:
-        """The fields under the names last.pt keeps them by."""
-        return {SAVED_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def saved(cls, values: dict[str, Any]) -> Budget:
-        """The budget in a last.pt's state (whose other keys it ignores)."""
-        fields = {SAVED_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
-        return cls(**{fields[k]: v for k, v in values.items() if k in fields})
-
     def lr(self, step: int, cfg: TrainConfig) -> float:
         """``lr_at`` with the budget's last update, from where the latest estimate took over."""
         return lr_at(step, cfg, self.end(cfg), self.start())
@@ -166,15 +156,17 @@ class TrainState:
     def as_saved(self) -> dict[str, Any]:
         """The state as last.pt keeps it: one flat record, the budget's fields last."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        budget = values.pop("budget")
-        return {**values, **budget.as_saved()}
+        budget = dataclasses.asdict(values.pop("budget"))
+        return {**values, **{SAVED_NAMES.get(k, k): v for k, v in budget.items()}}
 
     @classmethod
     def saved(cls, values: dict[str, Any]) -> TrainState:
         """The state saved in a last.pt (keys of older versions ignored)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"budget"}
+        names = {SAVED_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(Budget)}
         mine = {k: v for k, v in values.items() if k in known}
-        return cls(**mine, budget=Budget.saved(values))
+        budget = Budget(**{names[k]: v for k, v in values.items() if k in names})
+        return cls(**mine, budget=budget)
 
 
 @dataclass(frozen=True)
@@ -271,12 +263,10 @@ def stop_on_interrupt() -> Iterator[list[bool]]:
             raise KeyboardInterrupt
         flag[0] = True
 
-    stops = (signal.SIGINT, signal.SIGTERM)
     try:
-        previous = {s: signal.signal(s, handler) for s in stops}
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
-        yield flag
-        return
+        previous = {}
     try:
         yield flag
     finally:
