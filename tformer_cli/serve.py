@@ -96,9 +96,6 @@ class Batcher:
         self.requests = self.batches = 0
         self.thread = threading.Thread(target=self._loop, name="tformer-model", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
     def stop(self) -> None:
         self.queue.put(None)
         self.thread.join()
@@ -362,18 +359,6 @@ def source_tokens(run: LoadedRun, texts: list[str], name: str) -> int:
     return sum(lengths)
 
 
-async def answered(batcher: Batcher, job: Job, timeout: float) -> Any:
-    """The model thread's answer to ``job``: a 503 after ``timeout`` seconds, a 422 for ours."""
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), timeout)
-    except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
-        raise HTTPException(
-            503, f"timeout: no answer within {timeout:g} s (server busy); try again"
-        ) from None
-    except TformerError as e:
-        raise HTTPException(422, str(e)) from None
-
-
 def create_app(
     run: LoadedRun,
     limits: Limits = LIMITS,
@@ -389,7 +374,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
+        batcher.thread.start()
         yield
         batcher.stop()
 
@@ -404,7 +389,15 @@ def create_app(
     app.add_exception_handler(RequestValidationError, one_line_422)  # type: ignore[arg-type]
 
     async def answer(job: Job) -> Any:
-        return await answered(batcher, job, limits.timeout)
+        """The model thread's answer to ``job``: a 503 after the timeout, a 422 for ours."""
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(batcher.submit(job)), limits.timeout)
+        except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+            raise HTTPException(
+                503, f"timeout: no answer within {limits.timeout:g} s (server busy); try again"
+            ) from None
+        except TformerError as e:
+            raise HTTPException(422, str(e)) from None
 
     @app.post("/translate", summary="Translate texts: the objects of `tformer translate --json`")
     async def translate(body: translate_body) -> dict[str, Any]:  # type: ignore[valid-type]

@@ -47,11 +47,6 @@ def min_len_note(cfg: DecodeConfig) -> str | None:
     return f"note: --min-len {cfg.min_len} is cut to the length limit ({limit}) for {which}"
 
 
-def flag(help: str, *flags: str) -> Any:
-    """A field the command line sets with a flag."""
-    return setting(False, help, flags=flags)
-
-
 @dataclass(frozen=True)
 class Translate(DecodeOptions):
     """``tformer translate``: the search, what to read and write, and where it runs."""
@@ -64,8 +59,8 @@ class Translate(DecodeOptions):
     output: Path | None = shared(
         "output", "Write translations here (all at once, at the end), not stdout."
     )
-    greedy: bool = flag("Greedy search (same as -k 1).")
-    scores: bool = flag("Prefix each line with its score.")
+    greedy: bool = setting(False, "Greedy search (same as -k 1).")
+    scores: bool = setting(False, "Prefix each line with its score.")
     batch_size: int | None = setting(
         None, "Sentences per batch (default: by --max-tokens).", values=Range(1)
     )
@@ -76,7 +71,7 @@ class Translate(DecodeOptions):
         " output flows before the input ends, and memory does not grow with it.",
         values=Range(1, 1_000_000),
     )
-    no_cache: bool = flag("Recompute every prefix each step (slow; teaching).")
+    no_cache: bool = setting(False, "Recompute every prefix each step (slow; teaching).")
     json_out: bool = shared("json_out", "One JSON object per input: hypotheses, scores, timing.")
     trace: Path | None = setting(
         None,
@@ -153,7 +148,8 @@ def run_translator(
     if v.trace is not None:
         translator.trace(v.trace, v.texts or [])
         wrote(v.trace, v.quiet)
-    style = output_style(v.json_out, v.nbest, v.scores)
+    # the format of the lines: json, nbest (INDEX, SCORE, TEXT), scores or plain
+    style = "json" if v.json_out else "nbest" if v.nbest > 1 else "scores" if v.scores else "plain"
     if inputs is None:  # a terminal and nothing to read: ask
         err.print("Type a sentence and press Enter; Ctrl-D quits.")
         while True:
@@ -190,11 +186,6 @@ def read_inputs(
     if file is None and stdin.isatty():
         return None
     return read_lines(stdin.buffer, "stdin"), None
-
-
-def output_style(json_out: bool, nbest: int, scores: bool) -> str:
-    """The format of translate's lines: json, nbest (INDEX, SCORE, TEXT), scores or plain."""
-    return "json" if json_out else "nbest" if nbest > 1 else "scores" if scores else "plain"
 
 
 @dataclasses.dataclass(frozen=True)

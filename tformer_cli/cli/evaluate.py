@@ -14,6 +14,7 @@ from tformer_cli.cli.app import check_engine, destination, err, out, positional,
 from tformer_cli.cli.decode import learner, min_len_note
 from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import NOT_EVALUATED, EvalOptions, OneOf, setting
+from tformer_cli.config.fields import same_as
 
 if TYPE_CHECKING:
     from tformer_cli.report.request import EvalRequest
@@ -168,12 +169,7 @@ class Compare(EvalOptions):
     save: Path | None = setting(
         None, "Write the runs' curves overlaid: .svg, .html (with the tables) or .png."
     )
-    x: str = setting(
-        "updates",
-        "x axis of --save: updates, or time (minutes of training).",
-        flags=("--x",),
-        values=X_AXIS,
-    )
+    x: str = same_as(Show, "x", "x axis of --save: updates, or time (minutes of training).")
     json_out: bool = shared("json_out", "Print every number and p-value as JSON.")
     output: Path | None = shared("output")
     device: str = shared("device")

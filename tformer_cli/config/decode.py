@@ -147,8 +147,7 @@ class DecodeOptions(Checked):
         if not self.draws:
             unset = {f.name: f.default for f in fields(self) if f.name in SAMPLING}
             for name in SAMPLING:
-                if getattr(self, name) != unset[name]:
-                    value = getattr(self, name)
+                if (value := getattr(self, name)) != unset[name]:
                     raise SettingError(name, value, "needs {sample} or {mbr} (from samples)")
         if not self.sample and not self.mbr and self.nbest > self.beam:
             raise SettingError("nbest", self.nbest, f"needs {{beam}} >= {self.nbest}")
