@@ -383,6 +383,17 @@ def test_serve_threads_set_torch_s_cpu_threads_as_eval_s(run_dir, monkeypatch):
     assert torch.get_num_threads() == 2
 
 
+@pytest.mark.parametrize(("args", "mode"), [([], "auto"), (["--compile", "off"], "off")])
+def test_serve_compile_sets_how_the_served_run_s_decode_step_runs(run_dir, monkeypatch, args, mode):
+    """--compile (auto unless given) reaches the loading of the served run, as translate's."""
+    asked = {}
+    monkeypatch.setattr(serve, "serve", lambda *args, **kwargs: asked.update(kwargs))
+    result = CliRunner().invoke(cli_app, ["serve", "-m", str(run_dir), *args])
+    assert result.exit_code == 0 and asked["compile"] == mode, result.output
+    run, _ = serve.load_served(run_dir, "cpu", None, "torch", compile=asked["compile"])
+    assert run.compile == mode
+
+
 def test_requests_without_alpha_take_the_runs_beam_alpha(run):
     """The request bodies' default length penalty is the run's ``beam_alpha``."""
     translate_body, attention_body, _ = serve.request_models(LIMITS, 1.2)

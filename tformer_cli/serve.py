@@ -167,11 +167,13 @@ class Batcher:
 
 # ---------------------------------------------------------------------------- the run
 def load_served(
-    model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0
-) -> tuple[LoadedRun, SourcesEngine | None]:
-    """The run to serve (default: the newest) in ``precision`` (default: its own), on
-    ``threads`` CPU threads, and what translates it (``None``: tformer's search)."""
-    run = load(model, device=device, precision=precision).loaded[0]
+    model: Path | None, device: str, precision: str | None, engine: str, threads: int = 0,
+    compile: str = "auto",
+) -> tuple[LoadedRun, SourcesEngine | None]:  # fmt: skip
+    """The run to serve (default: the newest) in ``precision`` (default: its own), its decode
+    step as ``compile`` says, on ``threads`` CPU threads, and what translates it (``None``:
+    tformer's search)."""
+    run = load(model, device=device, precision=precision, compile=compile).loaded[0]
     use_threads(threads)
     return run, load_engine(engine, run)
 
@@ -442,14 +444,14 @@ def create_app(
 
 def serve(
     model_dir: Path | None, err: Console, options: ServeOptions = SERVED, *,
-    device: str = "auto", precision: str | None = None, engine: str = "torch", threads: int = 0,
-    quiet: bool = False,
+    device: str = "auto", precision: str | None = None, compile: str = "auto",
+    engine: str = "torch", threads: int = 0, quiet: bool = False,
 ) -> None:  # fmt: skip
     """``tformer serve``: load the run once (``load_served``), then answer HTTP requests as
     ``options`` say until Ctrl-C."""
     host, port = options.host, options.port
     sock = listening_socket(host, port)  # first: a port in use is one line, before any loading
-    run, decoder = load_served(model_dir, device, precision, engine, threads)
+    run, decoder = load_served(model_dir, device, precision, engine, threads, compile)
     app = create_app(run, options.limits, options.max_tokens, options.wait_ms, decoder)
     if not quiet:
         shown = f"[{host}]" if ":" in host else host

@@ -23,6 +23,7 @@ class Serve(ServeOptions):
     model: Path | None = shared("model")
     device: str = shared("device")
     precision: str | None = shared("precision")
+    compile: str = shared("compile")
     engine: str = shared("engine")
     threads: int = shared("threads")
     quiet: bool = shared("quiet")
@@ -40,8 +41,8 @@ def serve_command(v: Serve) -> None:
 
     with interop_packages() if v.engine == "ctranslate2" else contextlib.nullcontext():
         serve(
-            v.model, err, v, device=v.device, precision=v.precision, engine=v.engine,
-            threads=v.threads, quiet=v.quiet,
+            v.model, err, v, device=v.device, precision=v.precision, compile=v.compile,
+            engine=v.engine, threads=v.threads, quiet=v.quiet,
         )  # fmt: skip
 
 
