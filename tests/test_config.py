@@ -45,13 +45,13 @@ def test_shipped_recipes_build_configs_holding_every_value_of_their_toml_file(na
 
 def test_multi30k_15min_recipe_is_the_multi30k_one_with_the_chosen_trials_options():
     """docs/results.md: the 15-minute recipe is trial C (over the earlier multi30k recipe:
-    --max-tokens 2048 --dropout 0.1 --valid-every 400, 14 minutes) with averaging off and the
-    speedrun's learning rate (--lr 2e-3 --warmup 300); nothing else may differ (a missing
-    max_epochs once stopped it at the default 6 epochs)."""
+    --max-tokens 2048 --dropout 0.1 --valid-every 400, 14 minutes) with averaging off, the
+    speedrun's learning rate (--lr 2e-3 --warmup 300) and a decoder of 2 layers; nothing else
+    may differ (a missing max_epochs once stopped it at the default 6 epochs)."""
     long, short = load_recipe("multi30k"), load_recipe("multi30k-15min")
     chosen = {"max_tokens": 2048, "lr": 2e-3, "warmup": 300, "valid_every": 400,
               "max_minutes": 14.0, "average": 0}  # fmt: skip
-    assert short["model"] == {**long["model"], "dropout": 0.1}
+    assert short["model"] == {**long["model"], "dropout": 0.1, "n_decoder_layers": 2}
     assert short["train"] == {**long["train"], **chosen}
 
 
