@@ -7,6 +7,9 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP := $(VENV)/bin/python -m pip
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pip installs without compiling every module of every package (half the install's time); Python
+# compiles what is imported, once, on first import, so that must not be switched off here.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test lint format bench notebook clean
 
@@ -14,10 +17,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# torch first: keep an installed one (e.g. a CUDA build), else a local CPU wheel, else the CPU index
 	@$(BIN)/python -c "import torch" 2>/dev/null \
-	  || $(PIP) install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null \
-	  || $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) \
+	  || $(PIP) install -q --no-compile --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null \
+	  || $(PIP) install -q --no-compile "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) \
 	       --extra-index-url https://pypi.org/simple
-	$(PIP) install -q -e ".[dev,serve]"
+	$(PIP) install -q --no-compile -e ".[dev,serve]"
 	@touch $@
 
 demo: $(STAMP)
@@ -30,11 +33,13 @@ demo: $(STAMP)
 	@echo "Next: the tour in README.md, where -m toy names the newest runs/toy-<time>: this run."
 
 # The suite in TEST_JOBS processes (pytest-xdist), a test file per process at a time: the
-# module-scoped fixtures (trained runs, compiled steps) are built once per file as before.
+# module-scoped fixtures (trained runs, compiled steps) are built once per file as before. Files
+# go out in the order tests/conftest.py sets (those with a slow test first), so that the
+# processes finish together rather than one running a long file alone at the end.
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -148,6 +148,7 @@ def split(command: str) -> tuple[list[str], str | None]:
     return words[bar + 1 :], " ".join(words[1:bar]) + "\n"
 
 
+@pytest.mark.slow
 def test_every_command_of_the_tour_runs_as_printed(tmp_path, monkeypatch, short_toy):
     """In order; ``serve`` starts as soon as the tour's first command has trained its run (it
     loads for seconds while the next commands run), and answers the ``curl`` printed after it."""

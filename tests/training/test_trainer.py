@@ -466,6 +466,7 @@ def tformer_train(args: list[str], kill_at: str | None = None) -> subprocess.Com
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigkill_at_any_point_loses_at_most_the_work_since_the_last_save(tmp_path, tiny_corpus):
     """A real `tformer train` process is SIGKILLed three times: before its first save, inside a
     save (new last.pt written, not yet renamed), and after updates that were not saved yet (with
@@ -516,6 +517,7 @@ def test_cuda_training_resumes_and_its_run_translates_on_cpu(tmp_path, tiny_corp
 
 
 # ---------------------------------------------------------------------------- --compile
+@pytest.mark.slow
 def test_compile_on_is_one_graph_for_every_batch_shape_and_trains_as_eager(
     tmp_path, tiny_corpus, single_thread_trainer, monkeypatch
 ):
