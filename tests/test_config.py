@@ -428,7 +428,7 @@ def test_a_config_json_from_before_the_parallel_file_fields_still_loads(tmp_path
 def test_train_options_are_declared_once_beside_their_fields():
     """``--layers`` sets both stacks; every option of the configs is one of ``tformer train``'s,
     with the field's default."""
-    from tformer_cli.cli.train import TRAIN, Own
+    from tformer_cli.cli.train import Own, Train
     from tformer_cli.config import TRAIN_OPTIONS
 
     layers = TRAIN_OPTIONS["layers"]
@@ -437,7 +437,7 @@ def test_train_options_are_declared_once_beside_their_fields():
         ("max_epochs",),
         ("h",),
     )
-    own = {f.name for f in dataclasses.fields(Own)}
-    assert sorted(p.name for p in TRAIN) == sorted({*own, *TRAIN_OPTIONS})
-    assert not own & set(TRAIN_OPTIONS)
+    own = [f.name for f in dataclasses.fields(Own)]
+    assert [f.name for f in dataclasses.fields(Train)] == [*TRAIN_OPTIONS, *own]
+    assert not set(own) & set(TRAIN_OPTIONS)
     assert TRAIN_OPTIONS["seed"].default == TrainConfig().seed

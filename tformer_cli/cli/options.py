@@ -70,40 +70,35 @@ def parameters(settings: type, skip: Collection[str] = ()) -> list[inspect.Param
     ]
 
 
-CONTEXT = inspect.Parameter(
-    "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
-)
-
-
-def with_options(options: list[inspect.Parameter]) -> Callable[[Any], Any]:
-    """Give ``def command(ctx, **values)`` the options ``options`` (Typer reads the signature)."""
-
-    def attach(body: Any) -> Any:
-        body.__signature__ = inspect.Signature([CONTEXT, *options])
-        return body
-
-    return attach
-
-
 def command(
     settings: type[S], name: str | None = None, *, group: typer.Typer = app,
-    skip: Collection[str] = (),
-) -> Callable[[Callable[[S], Any]], Callable[[S], Any]]:  # fmt: skip
+    skip: Collection[str] = (), given: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:  # fmt: skip
     """Register ``def body(options: settings)`` as the command ``name``, its options the fields
-    of ``settings`` (``skip`` aside); a rule they break is a usage error (``from_options``)."""
+    of ``settings`` (``skip`` aside); ``given``: ``body(options, names)`` is also told which
+    options the command line set. A rule the settings break, as they are made or while the
+    body runs, is the usage error of the option that set it (``from_options``)."""
 
-    def register(body: Callable[[S], Any]) -> Callable[[S], Any]:
+    def register(body: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(body)
         def invoked(ctx: typer.Context, **values: Any) -> Any:
             with from_options(ctx):
                 chosen = settings(**values)
-            return body(chosen)
+                return body(chosen, set_here(ctx, values)) if given else body(chosen)
 
-        with_options(parameters(settings, skip))(invoked)
+        context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        options = [context.replace(annotation=typer.Context), *parameters(settings, skip)]
+        invoked.__signature__ = inspect.Signature(options)  # type: ignore[attr-defined]
         group.command(name, cls=Command)(friendly_errors(invoked))
         return body
 
     return register
+
+
+def set_here(ctx: typer.Context, values: Mapping[str, Any]) -> frozenset[str]:
+    """The options of ``values`` that the command line set, not left at their defaults."""
+    sources = {o: ctx.get_parameter_source(o) for o in values}  # click's enum, or typer's
+    return frozenset(o for o, source in sources.items() if source and source.name != "DEFAULT")
 
 
 # The options that several commands share, by name.

@@ -5,25 +5,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import typer
 
-from tformer_cli.cli.app import (
-    Command,
-    app,
-    err,
-    friendly_errors,
-    from_options,
-    out,
-    positional,
-    wrote,
-)
-from tformer_cli.cli.options import command, legacy_run, parameter, parameters, shared, with_options
+from tformer_cli.cli.app import err, out, positional, wrote
+from tformer_cli.cli.options import command, legacy_run, shared
 from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, setting
+from tformer_cli.config.fields import same_as
 from tformer_cli.errors import TformerError
 
 # ---------------------------------------------------------------------------- train
@@ -71,29 +62,26 @@ class Own:
     quiet: bool = shared("quiet")
 
 
-# Every option of tformer train: those of the config fields, then its own.
-TRAIN = [
-    *(
-        parameter(
-            o.name, o.kind, o.default, {"help": o.help, "values": o.values, "metavar": o.metavar}
-        )
-        for o in TRAIN_OPTIONS.values()
-    ),
-    *parameters(Own),
-]
+# The settings of tformer train: an option for each config field's (``config.TRAIN_OPTIONS``),
+# then its own.
+Train = dataclasses.make_dataclass(
+    "Train",
+    [
+        *(
+            (o.name, o.kind, setting(o.default, o.help, values=o.values, metavar=o.metavar))
+            for o in TRAIN_OPTIONS.values()
+        ),
+        *(
+            (f.name, get_type_hints(Own)[f.name], same_as(Own, f.name))
+            for f in dataclasses.fields(Own)
+        ),
+    ],
+    frozen=True,
+)
 
 
-def given(ctx: typer.Context, values: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """The options of ``names`` set on the command line, not left at their defaults."""
-    sources = {o: ctx.get_parameter_source(o) for o in names}  # click's enum, or typer's
-    known = [o for o, source in sources.items() if source is not None]
-    return {o: values[o] for o in known if sources[o].name != "DEFAULT"}
-
-
-@app.command("train", cls=Command)
-@friendly_errors
-@with_options(TRAIN)
-def train_command(ctx: typer.Context, **values: Any) -> None:
+@command(Train, "train", given=True)
+def train_command(v: Any, given: frozenset[str]) -> None:
     """Train a tokenizer and a Transformer, then report test BLEU (greedy, sacrebleu).
 
     Validates every --valid-every updates (loss, perplexity, greedy BLEU), keeps the best model
@@ -102,7 +90,6 @@ def train_command(ctx: typer.Context, **values: Any) -> None:
     """
     from tformer_cli.api.training import fit
 
-    v = Own(**{f.name: values[f.name] for f in dataclasses.fields(Own)})
     if v.use is not None and (v.nproc > 1 or v.nnodes != "1"):
         raise typer.BadParameter(
             "your functions run in this process: --nproc 1", param_hint="--use"
@@ -113,12 +100,11 @@ def train_command(ctx: typer.Context, **values: Any) -> None:
         if os.environ.get("WORLD_SIZE"):
             raise TformerError("--nproc starts torchrun itself: not under torchrun")
         raise typer.Exit(launch(v.nproc, sys.argv[2:], v.nnodes, v.rdzv_endpoint))
-    with from_options(ctx):
-        trained = fit(
-            given(ctx, values, [*TRAIN_OPTIONS, "preset", "name", "runs_dir"]), preset=v.preset,
-            resume=v.resume, name=v.name, runs_dir=v.runs_dir, use=v.use, quiet=v.quiet,
-            tensorboard=v.tensorboard,
-        )  # fmt: skip
+    laid_over = given & {*TRAIN_OPTIONS, "preset", "name", "runs_dir"}  # over the recipe's
+    trained = fit(
+        {o: getattr(v, o) for o in laid_over}, preset=v.preset, resume=v.resume, name=v.name,
+        runs_dir=v.runs_dir, use=v.use, quiet=v.quiet, tensorboard=v.tensorboard,
+    )  # fmt: skip
     result = trained.result
     if not trained.main:  # under torchrun rank 0 alone reports
         raise typer.Exit(trained.stopped if result.interrupted else 0)
