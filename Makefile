@@ -7,8 +7,8 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP := $(VENV)/bin/python -m pip
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The modules are compiled on every core (pip compiles them on one, half the install's time),
-# without the files of transformers' models other than those tformer loads.
+# pip installs without compiling; the modules are then compiled on every core (pip would compile
+# them on one), without the files of transformers' models other than those tformer loads.
 NOT_COMPILED := transformers/models/(?!auto/|marian/|encoder_decoder/)[^/]+/
 
 .PHONY: demo test lint format bench notebook clean
