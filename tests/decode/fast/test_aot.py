@@ -92,6 +92,8 @@ def test_the_key_changes_with_the_weights_beams_and_threads(trained_model, tmp_p
     assert aot.artifact(changed, 1) != path
     assert aot.artifact(trained_model, 2) != path
     assert aot.artifact(trained_model, 1, many=True) != path  # the build for many rows
+    with torch.autocast("cpu", torch.bfloat16):  # a step computing under bf16 autocast
+        assert aot.artifact(trained_model, 1) != path
     torch.set_num_threads(2)  # Inductor's kernels fix their thread count
     assert aot.artifact(trained_model, 1) != path
     assert aot.load_step(path, trained_model, None, 1, build_missing=False) == (None, 0.0)
@@ -231,6 +233,27 @@ def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkey
         step.start(sources(2, int8.cfg.vocab_size, seed=27), 1, 5)
     assert step.compiled_now is None
     assert notices == ["the compiled CPU step takes fp32 weights: running it eagerly"]
+
+
+@pytest.mark.slow
+@needs_cxx
+def test_a_step_under_bf16_autocast_is_compiled_in_bf16_and_gives_the_eager_tokens(
+    trained_model, tmp_path, monkeypatch
+):
+    """Under bf16 autocast the step is built to compute as autocast does (matrix products in
+    bf16, log-softmax in fp32), the weights' casts folded in: the eager tokens, and log-probs
+    as close as bf16's rounding, once per fused operation, allows (the build for many rows)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    src = sources(FEW_ROWS + 1, trained_model.cfg.vocab_size, seed=31)
+    cfg = DecodeConfig(max_len_a=0, max_len_b=12)
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        assert aot.supported(trained_model)
+        eager = search(trained_model, src, cfg, compile="off")
+        compiled = search(trained_model, src, cfg, compile="on")
+        assert aot.artifact(trained_model, 1, many=True).exists()
+    assert DecodeStep.of(trained_model, "on").compiled_now is not None
+    assert_same_search(eager, compiled, atol=5e-2)
+    assert not aot.artifact(trained_model, 1, many=True).exists()  # fp32's is another one
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """The decode step compiled ahead of time for the CPU (AOTInductor): ``torch.export`` of the eager
 step, then a shared library that runs it with no Python between its kernels.
 
-One artifact serves a model and a number of beams: rows, lengths and the attended ``span`` are
-dynamic dimensions; for one beam it also makes greedy's choice (``greedy.advance``). Each comes
-in two builds: for few rows (Inductor's own matrix kernels) or ``many`` (MKL's, explicit
-attention). Artifacts are kept in ``cache_root()/steps`` (``~/.cache/tformer/steps``), named by
-a key of the weights' bytes, the build, torch, the CPU's flags and the thread count, so that a
-stale one is never loaded.
+One artifact serves a model, a number of beams and a precision (fp32, or bf16 autocast as the
+eager step runs it, the weights' casts folded into bf16 constants): rows, lengths and the
+attended ``span`` are dynamic dimensions; for one beam it also makes greedy's choice
+(``greedy.advance``). Each comes in two builds: for few rows (Inductor's own matrix kernels) or
+``many`` (MKL's, explicit attention). Artifacts are kept in ``cache_root()/steps``
+(``~/.cache/tformer/steps``), named by a key of the weights' bytes, the build, the precision,
+torch, the CPU's flags and the thread count, so that a stale one is never loaded.
 """
 
 from __future__ import annotations
@@ -56,19 +57,25 @@ def cpu_flags() -> str:
         return platform.machine()
 
 
+def autocast_dtype() -> torch.dtype | None:
+    """The CPU's autocast dtype where autocast is on (the step is built to compute in it), else
+    None (fp32)."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+
+
 def supported(model: Transformer) -> bool:
-    """Whether the step of ``model`` can be built: fp32 weights on the CPU and no autocast
-    (int8's packed weights and bf16 autocast run eagerly)."""
+    """Whether the step of ``model`` can be built: fp32 weights on the CPU, in fp32 or under
+    bf16 autocast (int8's packed weights run eagerly)."""
     fp32 = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters())
     int8 = any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
-    return fp32 and not int8 and not torch.is_autocast_enabled("cpu")
+    return fp32 and not int8 and autocast_dtype() in (None, torch.bfloat16)
 
 
 def step_key(model: Transformer, beams: int, weights: bool = True, many: bool = False) -> str:
-    """What an artifact is built from: weights, beams, build, threads, torch and CPU flags;
-    ``weights=False``: all but the weights' bytes (``build_seconds``)."""
+    """What an artifact is built from: weights, beams, build, autocast dtype, threads, torch and
+    CPU flags; ``weights=False``: all but the weights' bytes (``build_seconds``)."""
     h = hashlib.sha256()
-    build = (INDUCTOR[many], many)
+    build = (INDUCTOR[many], many, str(autocast_dtype()))
     meta = (STEP_FORMAT, *build, beams, torch.get_num_threads(), torch.__version__, cpu_flags())
     h.update(repr(meta).encode())
     for name, t in model.state_dict().items():
@@ -117,11 +124,14 @@ class StepModule(nn.Module):
     """The ``eager`` step as a module to export: tokens (R,) and the cache's tensors -> log-probs
     (R, V), the buffers and ``pos`` written in place; ``span``'s length is the slots attended to.
     ``greedy``: greedy's row state (alive, logprob, steps, limits (R,), min_len), or () for
-    several beams; given, ``advance``'s new state follows the log-probs."""
+    several beams; given, ``advance``'s new state follows the log-probs. ``dtype``: the
+    autocast dtype the step computes in (None: fp32), whose casts of the weights the build folds
+    into constants."""
 
-    def __init__(self, model: Transformer, eager: Eager) -> None:
+    def __init__(self, model: Transformer, eager: Eager, dtype: torch.dtype | None) -> None:
         super().__init__()
         self.model, self.eager = model, eager  # the model's weights: the module's parameters
+        self.dtype = dtype
 
     def forward(
         self,
@@ -134,7 +144,8 @@ class StepModule(nn.Module):
         *self_kv: Tensor,
     ) -> Tensor | tuple[Tensor, ...]:
         cache = DecoderCache(_Layers(self_kv), cross_kv, src_mask, pos, span.size(0))  # type: ignore[arg-type]
-        logp = self.eager(tokens, cache, None)  # (R, V); pos advanced: the t of y_t
+        with torch.autocast("cpu", self.dtype or torch.bfloat16, enabled=self.dtype is not None):
+            logp = self.eager(tokens, cache, None)  # (R, V) fp32; pos advanced: the t of y_t
         if not greedy:
             return logp
         alive, logprob, steps, limits, min_len = greedy
@@ -154,7 +165,8 @@ def export_step(
     model: Transformer, eager: Eager, beams: int, many: bool = False
 ) -> torch.export.ExportedProgram:
     """``StepModule(model, eager)`` exported for ``beams`` rows per sentence, every length
-    dynamic; ``many``: attention as the explicit ops, which beat the fused kernel at many rows."""
+    dynamic, in the autocast dtype in effect (its example cache made in it); ``many``: attention
+    as the explicit ops, which beat the fused kernel at many rows."""
     sentences, n = Dim("sentences"), model.cfg.max_positions
     rows = sentences if beams == 1 else beams * sentences
     S, T, span = Dim("S", max=n), Dim("T", max=n), Dim("span", max=n)
@@ -185,9 +197,10 @@ def export_step(
     layers = [m for kind in model.attention_modules().values() for m in kind]
     for m in layers:
         m.explicit = many  # every attention sublayer through the explicit ops, while exported
-    try:
-        with torch.no_grad():
-            return torch.export.export(StepModule(model, eager).eval(), args, dynamic_shapes=dims)
+    module = StepModule(model, eager, autocast_dtype()).eval()
+    try:  # autocast inside the module, where export records it, not around it
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            return torch.export.export(module, args, dynamic_shapes=dims)
     finally:
         for m in layers:
             m.explicit = False

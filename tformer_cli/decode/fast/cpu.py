@@ -3,8 +3,9 @@ time (``aot``), and which build (for few rows up to ``FEW_ROWS``, for many above
 
 ``on`` builds it at once; ``auto`` runs eagerly, loads a kept one after ``LOAD_AFTER`` seconds of
 eager decoding or for a batch of ``LOAD_WORK`` row-steps, and builds it once eager decoding has
-taken as long as a build (a short job never pays more than twice its eager time). With no C++
-compiler, or int8 or bf16 weights, the step stays eager.
+taken as long as a build (a short job never pays more than twice its eager time). It computes in
+fp32 or under bf16 autocast as the eager step would; with no C++ compiler, or int8 weights, the
+step stays eager.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class CpuStep(FastStep):
     def __init__(self, eager: Eager, mode: str, on_notice: Callable[[str], None]) -> None:
         super().__init__(eager)
         self.mode, self.on_notice = mode, on_notice
-        # by beams, threads (its kernels' own count) and build: the compiled CPU step, None: eager
-        self.aot: dict[tuple[int, int, bool], aot.AotStep | None] = {}
+        # by beams, threads (its kernels' own count), build and autocast dtype: the compiled CPU
+        # step, None: eager
+        self.aot: dict[tuple[int, int, bool, torch.dtype | None], aot.AotStep | None] = {}
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
-        self.artifacts: dict[tuple[int, int, bool], Path] = {}  # where each compiled step is kept
+        self.artifacts: dict[
+            tuple[int, int, bool, torch.dtype | None], Path
+        ] = {}  # where each compiled step is kept
 
     def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         if self.compiled_now is not None:
@@ -77,7 +81,7 @@ class CpuStep(FastStep):
         """The compiled step for ``beams`` and build: kept (``auto``: for a ``big`` batch, or
         after ``LOAD_AFTER``), or built now (``on``, or ``auto`` after a build's time); None:
         eagerly."""
-        key = (beams, torch.get_num_threads(), many)
+        key = (beams, torch.get_num_threads(), many, aot.autocast_dtype())
         if key in self.aot:
             return self.aot[key]
         if self.mode == "auto" and self.eager_seconds < LOAD_AFTER and not big:
