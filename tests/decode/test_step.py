@@ -144,3 +144,18 @@ def test_a_search_of_many_rows_gives_the_fused_kernels_hypotheses(trained_model,
     explicit = search(trained_model, src, cfg, compile="off")
     monkeypatch.setattr(model_fast, "EXPLICIT_ROWS", 10**9)
     assert_same_search(search(trained_model, src, cfg, compile="off"), explicit, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_new_buffers_are_left_blank_and_never_read_before_written(trained_model, monkeypatch, beam):
+    """The eager step's new buffers (beam search's spare, a cache shrunk as sentences finish)
+    are not zeroed: filled with NaN instead, every slot a step attends to is written before it
+    is read (spans of exactly pos + 1 slots), and the search is unchanged."""
+    src = sources(6, trained_model.cfg.vocab_size, seed=33)
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_a=0, max_len_b=12)
+    zeroed = search(trained_model, src, cfg, compile="off")
+    nan = float("nan")
+    monkeypatch.setattr(torch, "empty_like", lambda t, **k: torch.full_like(t, nan, **k))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, size, **k: t.new_full(size, nan, **k))
+    blank = search(trained_model, src, cfg, compile="off")
+    assert_same_search(zeroed, blank, atol=0)

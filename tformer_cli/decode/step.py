@@ -58,12 +58,12 @@ class DecodeStep:
         memory, src_mask = self.model.encode(src)  # (B, S, d), (B, 1, 1, S)
         cache = self.model.init_cache(memory, src_mask, max_len, beams)
         if beams > 1:  # beam search reorders the rows by gathering into a second buffer
-            cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
+            cache.spare = torch.empty_like(cache.self_kv)  # exact spans: no slot read unwritten
         return cache
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
         """The cache of ``rows`` (into B) and ``sentences`` (into B'), fewer than it holds."""
-        return cache.select(rows, sentences)
+        return cache.select(rows, sentences, blank=True)
 
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]

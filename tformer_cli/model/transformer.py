@@ -40,13 +40,16 @@ class DecoderCache:
         self.self_kv, self.spare = self.spare, self.self_kv
 
     def select(
-        self, rows: Tensor, sentences: Tensor, into: DecoderCache | None = None
+        self, rows: Tensor, sentences: Tensor, into: DecoderCache | None = None, blank: bool = False
     ) -> DecoderCache:
         """A cache of the decoder ``rows`` (index into B) and memory ``sentences`` (into B'), in
-        the buffers ``into`` (kept by a captured step), else new ones."""
+        the buffers ``into`` (kept by a captured step), else new ones: zeroed (finite in the
+        slots a rounded-up span attends to but masks), or left ``blank`` where every slot
+        attended to is written first (spans of exactly pos + 1 slots)."""
         if into is None:
             L, _, _, h, T_max, d_k = self.self_kv.shape
-            self_kv = self.self_kv.new_zeros((L, 2, rows.numel(), h, T_max, d_k))  # finite
+            new = self.self_kv.new_empty if blank else self.self_kv.new_zeros
+            self_kv = new((L, 2, rows.numel(), h, T_max, d_k))
             into = DecoderCache(
                 self_kv,
                 self.cross_kv.new_empty(
@@ -55,7 +58,7 @@ class DecoderCache:
                 self.src_mask.new_empty((sentences.numel(), *self.src_mask.shape[1:])),
                 self.pos.clone(),
                 self.span,
-                None if self.spare is None else torch.zeros_like(self_kv),
+                None if self.spare is None else new(self_kv.shape),
             )
         torch.index_select(
             self.self_kv.narrow(4, 0, self.span), 2, rows, out=into.self_kv.narrow(4, 0, self.span)

@@ -75,8 +75,9 @@ class FastStep(ABC):
         return model.init_cache(memory, src_mask, round_up(max_len, self.buckets.span), beams)
 
     def select(self, cache: DecoderCache, rows: Tensor, sentences: Tensor) -> DecoderCache:
-        """``DecodeStep.select``: new buffers, unless the step keeps its own."""
-        return cache.select(rows, sentences)
+        """``DecodeStep.select``: new buffers, unless the step keeps its own (zeroed where spans
+        are rounded up)."""
+        return cache.select(rows, sentences, blank=self.buckets.span == 1)
 
     def greedy(
         self, tokens: Tensor, cache: DecoderCache, state: tuple[Tensor, ...]

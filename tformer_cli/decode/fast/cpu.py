@@ -66,7 +66,7 @@ class CpuStep(FastStep):
         big = rows * max_len >= LOAD_WORK  # worth loading a kept step now
         self.compiled_now = self.cpu_step(beams, rows > FEW_ROWS, big)
         if beams > 1:  # eager or compiled, beam search reorders the rows by swapping buffers
-            cache.spare = torch.zeros_like(cache.self_kv)  # finite: masked slots
+            cache.spare = torch.empty_like(cache.self_kv)  # exact spans: no slot read unwritten
         return cache
 
     def greedy(
