@@ -237,38 +237,24 @@ def test_int8_weights_run_eagerly_and_on_says_so(trained_model, tmp_path, monkey
 
 @pytest.mark.slow
 @needs_cxx
-def test_a_step_under_bf16_autocast_is_compiled_in_bf16_and_gives_the_eager_tokens(
-    trained_model, tmp_path, monkeypatch
-):
-    """Under bf16 autocast the step is built to compute as autocast does (matrix products in
-    bf16, log-softmax in fp32), the weights' casts folded in: the eager tokens, and log-probs
-    as close as bf16's rounding, once per fused operation, allows (the build for many rows)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    src = sources(FEW_ROWS + 1, trained_model.cfg.vocab_size, seed=31)
-    cfg = DecodeConfig(max_len_a=0, max_len_b=12)
+def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, monkeypatch):
+    """Beams: a second library (beams per sentence are fixed in it), rows reordered between
+    steps, finished sentences leaving the batch; 10 rows, the build for many rows (MKL's
+    kernels, explicit attention; the greedy tests check the build for few); under bf16
+    autocast, whose library computes as autocast does (products in bf16 from weights cast once
+    at build time, log-softmax in fp32): the eager hypotheses, their scores (sums over up to 12
+    steps) as close as bf16's rounding, once per fused operation, allows. Built once: the fp32
+    steps' tests build fp32's."""
+    src = sources(5, trained_model.cfg.vocab_size, seed=28)
+    cfg = DecodeConfig(beam=2, nbest=2, max_len_a=0, max_len_b=12)
     with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
         assert aot.supported(trained_model)
         eager = search(trained_model, src, cfg, compile="off")
         compiled = search(trained_model, src, cfg, compile="on")
-        assert aot.artifact(trained_model, 1, many=True).exists()
+        assert aot.artifact(trained_model, 2, many=True).exists()
     assert DecodeStep.of(trained_model, "on").compiled_now is not None
-    assert_same_search(eager, compiled, atol=5e-2)
-    assert not aot.artifact(trained_model, 1, many=True).exists()  # fp32's is another one
-
-
-@pytest.mark.slow
-@needs_cxx
-def test_compiled_beam_search_gives_the_eager_hypotheses(trained_model, kept, monkeypatch):
-    """Beams: a second library (beams per sentence are fixed in it), rows reordered between
-    steps, finished sentences leaving the batch; 10 rows, the build for many rows (MKL's
-    kernels, explicit attention; the greedy tests check the build for few)."""
-    src = sources(5, trained_model.cfg.vocab_size, seed=28)
-    cfg = DecodeConfig(beam=2, nbest=2, max_len_a=0, max_len_b=12)
-    eager = search(trained_model, src, cfg, compile="off")
-    compiled = search(trained_model, src, cfg, compile="on")
-    assert DecodeStep.of(trained_model, "on").compiled_now is not None
-    assert aot.artifact(trained_model, 2, many=True).exists()
-    assert_same_search(eager, compiled, atol=1e-5)
+    assert not aot.artifact(trained_model, 2, many=True).exists()  # fp32's is another one
+    assert_same_search(eager, compiled, atol=0.1)
 
 
 @pytest.fixture
