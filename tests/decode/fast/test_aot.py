@@ -22,6 +22,14 @@ needs_cxx = pytest.mark.skipif(aot.cxx_compiler() is None, reason="needs a C++ c
 threads = torch.get_num_threads
 
 
+@pytest.fixture(autouse=True)
+def no_kernel_search(monkeypatch):
+    """The build for few rows without ``max_autotune``: Inductor's search among its own matrix
+    kernels is most of that build's minutes and chooses kernels, not results (the benchmarks
+    time it); the rest of the build is as shipped."""
+    monkeypatch.setitem(aot.INDUCTOR, False, {**aot.INDUCTOR[False], "max_autotune": False})
+
+
 @pytest.fixture
 def kept(step_cache, monkeypatch):
     """The session's cache folder, where the trained model's greedy step is built once."""
