@@ -31,6 +31,8 @@ LOAD_WORK = 20_000
 # Rows of a batch up to which the build for few rows runs, above which the one for many
 # (benchmarks/bench_step_builds.py, docs/speed.md)
 FEW_ROWS = 8
+# A compiled step's beams, threads (its kernels' own count), build (many rows) and autocast dtype
+Key = tuple[int, int, bool, torch.dtype | None]
 
 
 class CpuStep(FastStep):
@@ -40,14 +42,10 @@ class CpuStep(FastStep):
     def __init__(self, eager: Eager, mode: str, on_notice: Callable[[str], None]) -> None:
         super().__init__(eager)
         self.mode, self.on_notice = mode, on_notice
-        # by beams, threads (its kernels' own count), build and autocast dtype: the compiled CPU
-        # step, None: eager
-        self.aot: dict[tuple[int, int, bool, torch.dtype | None], aot.AotStep | None] = {}
+        self.aot: dict[Key, aot.AotStep | None] = {}  # the compiled CPU step; None: eager
         self.compiled_now: aot.AotStep | None = None  # the one the current cache runs on
         self.eager_seconds = 0.0  # decoding time of the eager CPU step, for ``auto``
-        self.artifacts: dict[
-            tuple[int, int, bool, torch.dtype | None], Path
-        ] = {}  # where each compiled step is kept
+        self.artifacts: dict[Key, Path] = {}  # where each compiled step is kept
 
     def __call__(self, tokens: Tensor, cache: DecoderCache, rows: Tensor | None = None) -> Tensor:
         if self.compiled_now is not None:
