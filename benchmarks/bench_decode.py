@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -101,11 +102,13 @@ def busy_cores(seconds: float = 0.5) -> float:
     return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
 
 
-def model_config(vocab: int = 8000) -> ModelConfig:
-    """The benchmark's model: 3+3 layers, d=256, 4 heads, FFN 1024, no dropout."""
+def model_config(vocab: int = 8000, layers: str = "3+3") -> ModelConfig:
+    """The benchmark's model: ``layers`` encoder+decoder layers (3+3 unless given), d=256,
+    4 heads, FFN 1024, no dropout."""
+    encoder, _, decoder = layers.partition("+")
     return ModelConfig(
-        vocab_size=vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3,
-        dropout=0.0,
+        vocab_size=vocab, d_model=256, h=4, d_ff=1024, n_encoder_layers=int(encoder),
+        n_decoder_layers=int(decoder), dropout=0.0,
     )  # fmt: skip
 
 
@@ -244,15 +247,15 @@ def ctranslate2_model(model: Any, workdir: str) -> tuple[str, list[str]] | str:
 def tformer_ctranslate2(model: Transformer, workdir: str, quantization: str) -> str:
     """Our model's CTranslate2 export by tformer's own converter (``interop.ct2``, what
     ``tformer export --to ctranslate2`` writes), its folder; its vocabulary is ``vocab_of``."""
-    from ctranslate2.converters import Converter
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
 
-    from tformer_cli.interop.ct2 import transformer_as_spec
+    from tformer_cli.interop.ct2 import RunConverter
 
-    class Ours(Converter):
-        def _load(self) -> Any:
-            return transformer_as_spec(model, vocab_of(model.cfg.vocab_size))
-
-    return Ours().convert(os.path.join(workdir, "tformer-ct2"), quantization=quantization)
+    ids = {token: i for i, token in enumerate(vocab_of(model.cfg.vocab_size))}
+    run = SimpleNamespace(model=model, tokenizer=Tokenizer(WordLevel(ids, unk_token="<unk>")))
+    converter = RunConverter(run)  # type: ignore[arg-type]  # what it reads of a LoadedRun
+    return converter.convert(os.path.join(workdir, "tformer-ct2"), quantization=quantization)
 
 
 def vocab_of(size: int) -> list[str]:
@@ -453,22 +456,50 @@ def compile_modes(args: argparse.Namespace, device: torch.device, precision: str
 
 def engine_system(
     args: argparse.Namespace, cfg: ModelConfig, name: str, threads: int, workdir: str,
-    notes: list[str],
+    notes: list[str], label: str = "tformer",
 ) -> list[System]:  # fmt: skip
     """``tformer --engine ctranslate2`` at precision ``name``: our model (the weights of our own
-    rows) exported by tformer and run by its engine in a worker process; or a note why not."""
+    rows; ``label`` names it) exported by tformer and run by its engine in a worker process; or
+    a note why not."""
     kind = {"fp32": "float32"}.get(name, name)
     torch.manual_seed(0)
     try:
-        path = tformer_ctranslate2(Transformer(cfg).eval(), os.path.join(workdir, name), kind)
-    except ImportError:
+        path = tformer_ctranslate2(
+            Transformer(cfg).eval(), os.path.join(workdir, f"{label}-{name}"), kind
+        )
+    except ModuleNotFoundError as e:
+        if e.name != "ctranslate2":
+            raise
         return []  # CTranslate2's own row says it is not installed
     except Exception as e:  # any converter failure is the reason to report
         notes.append(f"tformer --engine ctranslate2 {name}: not measured ({type(e).__name__}: {e})")
         return []
     env = dict(kv.split("=", 1) for kv in args.ct2_env)
     worker = Worker(path, vocab_of(cfg.vocab_size), threads, kind, env, engine=True)
-    return [System("tformer --engine ctranslate2", worker, worker=worker)]
+    return [System(f"{label} --engine ctranslate2", worker, worker=worker)]
+
+
+def student_systems(
+    args: argparse.Namespace, name: str, device: torch.device, threads: int, workdir: str,
+    notes: list[str],
+) -> list[System]:  # fmt: skip
+    """A second shape beside the model, at precision ``name``: ``--student E+D:V`` (say a
+    distilled student's 6+1 layers and vocabulary), through our search in each ``--compile``
+    mode and through ``tformer --engine ctranslate2``, timed in the same rounds."""
+    layers, _, vocab = args.student.partition(":")
+    cfg = model_config(int(vocab or args.vocab), layers)
+    torch.manual_seed(0)
+    weights = {"bf16": torch.bfloat16, "int8": torch.qint8}.get(name)
+    model = for_inference(Transformer(cfg).eval().to(device), device, weights)
+    dtype = torch.bfloat16 if name == "bf16" else None
+    label = f"student {layers} V{cfg.vocab_size}"
+    systems = [
+        System(f"{label}, {mode}", tformer_run(model, True, mode, dtype))
+        for mode in compile_modes(args, device, name)
+    ]
+    if not args.no_ct2 and device.type == "cpu" and name != "bf16":
+        systems += engine_system(args, cfg, name, threads, workdir, notes, label)
+    return systems
 
 
 def build(
@@ -493,6 +524,8 @@ def build(
             )
         if not args.no_ct2 and device.type == "cpu" and name != "bf16":
             systems += engine_system(args, cfg, name, threads, workdir, notes)
+        if args.student:
+            systems += student_systems(args, name, device, threads, workdir, notes)
         hf = None if args.no_hf and args.no_ct2 else marian(cfg)  # CTranslate2 converts it
         if hf is None and not (args.no_hf and args.no_ct2):
             notes.append("Hugging Face and CTranslate2: not measured (transformers not installed)")
@@ -536,6 +569,11 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--length", type=int, default=64, help="tokens generated per sentence")
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--layers", default="3+3", help="encoder+decoder layers, e.g. 3+2")
+    parser.add_argument(
+        "--student", default="", metavar="E+D:V",
+        help="also time this shape beside the model (e.g. 6+1:4000, a student's layers and vocab)",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precisions", default="", help="e.g. fp32,int8,bf16 (default: by device)")
     parser.add_argument(
@@ -567,13 +605,15 @@ def main() -> None:
     device = torch.device(args.device)
     busy_before, started = busy_cores(), time.perf_counter()
 
-    cfg = model_config(args.vocab)
+    cfg = model_config(args.vocab, args.layers)
     workdir = tempfile.TemporaryDirectory()
     variants, versions, notes = build(args, cfg, device, threads, workdir.name)
     if args.ct2_env:
         notes.append("CTranslate2 settings: " + " ".join(args.ct2_env))
 
-    sources = random_sources(max(args.batch, args.sentences), args.vocab, seed=0)
+    student_vocab = args.student.partition(":")[2]  # the sources fit both vocabularies
+    vocab = min(args.vocab, int(student_vocab or args.vocab))
+    sources = random_sources(max(args.batch, args.sentences), vocab, seed=0)
     settings = [Setting(b, n) for b in (1, args.beam) for n in (1, args.batch)]
     work = {  # each setting's batches (B, S): sentences one at a time, or one padded batch
         s: [pad([x]).to(device) for x in sources[: args.sentences]]
@@ -598,7 +638,8 @@ def main() -> None:
         f" other jobs kept {busy_before:.2f} cores busy before, {busy_after:.2f} after",
         ", ".join(versions) + f"; {time.strftime('%Y-%m-%d')}",
         f"model {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d={cfg.d_model}, h={cfg.h},"
-        f" FFN {cfg.d_ff}, vocab {cfg.vocab_size}, random weights; sources 16-24 tokens + </s>;"
+        f" FFN {cfg.d_ff}, vocab {cfg.vocab_size}, random weights; sources 16-24 tokens + </s>"
+        f" (ids below {vocab});"
         " our step: --compile on = compiled ahead of time (AOTInductor), off = eager",
         f"{args.length} tokens generated per sentence by every system; batch 1:"
         f" {args.sentences} sentences one at a time; rounds: {args.rounds} (median)",
@@ -631,6 +672,8 @@ def main() -> None:
                 vs = [f"{row[k]:.2f}x" if row[k] else "-" for k in ("vs_ct2", "vs_hf", "vs_floor")]
                 print(f"| {p.name} | {s.label} | {m.name} | {row['tok_per_s']:,.0f} | "
                       + " | ".join(vs) + " |")  # fmt: skip
+    if args.student:
+        print_student(rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"header": header, "rows": rows}, f, indent=1)
@@ -675,6 +718,21 @@ def measure(
                     raise SystemExit(f"{m.name} ({s.label}) generated lengths {set(lengths)}")
     for m in {m.name: m for _, m in jobs if m.worker}.values():
         m.worker.close()
+
+
+def print_student(rows: list[dict[str, Any]]) -> None:
+    """The ``--student`` shape's tok/s over the model's, system by system, from the same rounds."""
+    print("\n| precision | setting | system | model tok/s | student tok/s | student / model |")
+    print("|---|---|---|---:|---:|---:|")
+    tok = {(r["precision"], r["setting"], r["system"]): r["tok_per_s"] for r in rows}
+    for (precision, setting, system), student in tok.items():
+        if not system.startswith("student "):
+            continue
+        label, _, rest = system.partition(",")  # "student 6+1 V4000, on" or "... --engine ..."
+        ours = f"tformer,{rest}" if rest else system.replace(label.rsplit(" --", 1)[0], "tformer")
+        if (model := tok.get((precision, setting, ours))) is not None:
+            print(f"| {precision} | {setting} | {ours} | {model:,.0f} | {student:,.0f}"
+                  f" | {student / model:.2f}x |")  # fmt: skip
 
 
 def print_profile(

@@ -93,7 +93,7 @@ def test_bad_recipe_files_give_one_line_errors(tmp_path, text, message):
 
 
 def test_unknown_recipe_name_lists_the_shipped_ones():
-    with pytest.raises(TformerError, match="multi30k, multi30k-15min, toy"):
+    with pytest.raises(TformerError, match="multi30k, multi30k-15min, multi30k-student, toy"):
         load_recipe("nope")
 
 

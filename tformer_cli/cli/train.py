@@ -26,7 +26,9 @@ class Own:
     (declared once, beside the field: ``config.TRAIN_OPTIONS``)."""
 
     preset: str | None = setting(
-        None, "Recipe: toy, multi30k, multi30k-15min or a .toml file; options given here win."
+        None,
+        "Recipe: toy, multi30k, multi30k-15min, multi30k-student or a .toml file; options given"
+        " here win.",
     )
     name: str | None = setting(None, "Run name: runs/NAME. Default: data+time.")
     runs_dir: Path = setting(Path("runs"), "Folder holding the runs.", metavar="DIR")
