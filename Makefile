@@ -7,8 +7,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PIP := $(VENV)/bin/python -m pip
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# pip installs without compiling; the modules are then compiled on every core (pip would compile
-# them on one), without the files of transformers' models other than those tformer loads.
+# uv installs the dependencies where it can be installed (it resolves and unpacks in parallel;
+# tools/uv_args.py gives it pip's indexes and constraints, so both choose the same versions), else
+# pip; neither compiles: the modules are then compiled on every core (pip would compile them on
+# one), without the files of transformers' models other than those tformer loads.
 NOT_COMPILED := transformers/models/(?!auto/|marian/|encoder_decoder/)[^/]+/
 
 .PHONY: demo test lint format bench notebook clean
@@ -20,7 +22,9 @@ $(STAMP): pyproject.toml
 	  || $(PIP) install -q --no-compile --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null \
 	  || $(PIP) install -q --no-compile "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) \
 	       --extra-index-url https://pypi.org/simple
-	$(PIP) install -q --no-compile -e ".[dev,serve]"
+	{ $(PIP) install -q uv 2>/dev/null && $(BIN)/uv pip install -q --python $(BIN)/python \
+	    $$($(BIN)/python tools/uv_args.py) -e ".[dev,serve]"; } \
+	  || $(PIP) install -q --no-compile -e ".[dev,serve]"
 	@# || true: a few packages ship files that are not Python 3 (pip skips them too)
 	@$(BIN)/python -m compileall -qq -j 0 -x '$(NOT_COMPILED)' $(VENV)/lib || true
 	@touch $@
