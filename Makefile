@@ -10,10 +10,8 @@ STAMP := $(VENV)/.installed
 # uv installs the dependencies where it can be installed (it resolves and unpacks in parallel;
 # tools/uv_args.py gives it pip's indexes and constraints, so both choose the same versions), else
 # pip; neither compiles: the modules are then compiled on every core (pip would compile them on
-# one), without the files of transformers' models other than those tformer loads, nor the
-# packages of which tformer and its tests import only a small part (Python compiles those modules
-# as they are first imported).
-NOT_COMPILED := transformers/models/(?!auto/|marian/|encoder_decoder/)[^/]+/|/site-packages/(sympy|pandas|pygments|prompt_toolkit|setuptools)/
+# one), without the files of transformers' models other than those tformer loads.
+NOT_COMPILED := transformers/models/(?!auto/|marian/|encoder_decoder/)[^/]+/
 
 .PHONY: demo test lint format bench notebook clean
 
