@@ -121,10 +121,10 @@ def train(
 ) -> Run:  # fmt: skip
     """Train as ``tformer train`` does and return the run, loaded: a new folder
     ``runs_dir/name`` (default: data + time), or ``resume`` an interrupted one from its
-    ``last.pt`` (only its stopping rules and device may change). ``recipe``: toy, multi30k,
-    multi30k-15min, multi30k-student or a .toml file; ``options``: any train option by its CLI
-    name with ``_`` (``max_steps=300``, ``d_model=64``, ``layers=2``...); given ones win over the
-    recipe's.
+    ``last.pt`` (only its stopping rules and device may change). ``recipe``: a shipped one
+    (``config.shipped_recipes()``: toy, multi30k...) or a .toml file; ``options``: any train
+    option by its CLI name with ``_`` (``max_steps=300``, ``d_model=64``, ``layers=2``...); given
+    ones win over the recipe's.
     ``use``: a ``tformer learn`` exercises file (or its folder, or a notebook's ``globals()``),
     checked; its passing ``label_smoothed_loss`` and ``mix_inputs`` train the model, on the
     eager step (``tformer train --use``). Ctrl-C saves ``last.pt`` and returns the run so far

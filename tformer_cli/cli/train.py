@@ -13,7 +13,7 @@ import typer
 
 from tformer_cli.cli.app import err, out, positional, wrote
 from tformer_cli.cli.options import command, legacy_run, shared
-from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, setting
+from tformer_cli.config import TRAIN_OPTIONS, Pattern, Range, setting, shipped_recipes
 from tformer_cli.config.fields import same_as
 from tformer_cli.errors import TformerError
 
@@ -26,9 +26,7 @@ class Own:
     (declared once, beside the field: ``config.TRAIN_OPTIONS``)."""
 
     preset: str | None = setting(
-        None,
-        "Recipe: toy, multi30k, multi30k-15min, multi30k-student or a .toml file; options given"
-        " here win.",
+        None, f"Recipe: {', '.join(shipped_recipes())} or a .toml file; options given here win."
     )
     name: str | None = setting(None, "Run name: runs/NAME. Default: data+time.")
     runs_dir: Path = setting(Path("runs"), "Folder holding the runs.", metavar="DIR")

@@ -33,6 +33,7 @@ from tformer_cli.config.train import (
     TrainConfig,
     load_recipe,
     option_of,
+    shipped_recipes,
 )
 
 __all__ = [
@@ -64,4 +65,5 @@ __all__ = [
     "option",
     "option_of",
     "setting",
+    "shipped_recipes",
 ]

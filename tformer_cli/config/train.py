@@ -232,6 +232,11 @@ def option_of(field: str) -> str:
 RECIPES = Path(__file__).parent.parent / "recipes"
 
 
+def shipped_recipes() -> list[str]:
+    """The names ``--preset`` takes besides a .toml file: the recipes shipped in the package."""
+    return sorted(p.stem for p in RECIPES.glob("*.toml"))
+
+
 def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
     """A training recipe: ``toy``, ``multi30k`` (shipped) or a TOML file with ``[model]`` and
     ``[train]`` tables whose keys are ``ModelConfig`` / ``TrainConfig`` field names."""
@@ -239,7 +244,7 @@ def load_recipe(spec: str) -> dict[str, dict[str, Any]]:
     if spec.endswith(".toml") and not path.is_file():
         raise TformerError(f"recipe file {spec} does not exist")
     if not path.is_file():
-        shipped = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
+        shipped = ", ".join(shipped_recipes())
         raise TformerError(f"no recipe {spec!r}: use one of {shipped}, or a .toml file")
     try:
         recipe = tomllib.loads(path.read_text(encoding="utf-8"))
